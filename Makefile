@@ -1,0 +1,39 @@
+# The two commands of the README: `make book` builds the site, `make test` runs every check.
+# Both create .venv/ and install requirements.txt on first use (again when it changes).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: book test export notebooks setup-cells bench gpu-check clean
+
+book: $(STAMP)
+	$(PY) scripts/build_book.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+# maintenance (see CONTRIBUTING.md)
+export: $(STAMP)             ## write the notebooks' `#| export` cells into llmcore/
+	$(PY) scripts/export.py
+
+setup-cells: $(STAMP)        ## write _config.yml's repository URL into every chapter's setup cell
+	$(PY) scripts/setup_cells.py
+
+notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ipynb for one)
+	$(PY) scripts/execute_notebooks.py $(NB)
+
+bench: $(STAMP)              ## run every benchmark in bench/ (prints ratios against peers)
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+gpu-check: $(STAMP)          ## on a machine with a CUDA GPU: CUDA tests + notebooks executed there
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf _build

@@ -1,0 +1,63 @@
+"""Build the website as `make book` does (warnings are errors) and check what a reader gets."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import build_book
+from conftest import ROOT
+
+pytestmark = pytest.mark.book
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    return files
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    index = build_book.build(tmp_path_factory.mktemp("book"))  # raises if any warning
+    assert index.exists()
+    return index.parent
+
+
+def test_every_toc_entry_has_a_page(site):
+    for f in _toc_files():
+        assert (site / f"{f}.html").exists(), f"{f} is in _toc.yml but no page was built"
+
+
+def test_every_chapter_is_in_the_toc():
+    listed = set(_toc_files())
+    for nb in (ROOT / "chapters").glob("*.ipynb"):
+        assert f"chapters/{nb.stem}" in listed, f"{nb.name} is not in _toc.yml"
+
+
+def test_chapters_have_colab_and_download_buttons(site):
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    path = repo.removeprefix("https://github.com/")
+    for nb in (ROOT / "chapters").glob("*.ipynb"):
+        html = (site / "chapters" / f"{nb.stem}.html").read_text(encoding="utf-8")
+        assert f"colab.research.google.com/github/{path}/blob/main/chapters/{nb.name}" in html
+        assert "btn-download-source-button" in html
+        assert (site / "_sources" / "chapters" / nb.name).exists()
+
+
+def test_chapter_pages_show_outputs_figures_and_hidden_solutions(site):
+    html = (site / "chapters" / "00_setup.html").read_text(encoding="utf-8")
+    assert "llmcore will run on" in html  # stored outputs are rendered, not re-executed
+    assert re.search(r'<img alt="[^"]*" src="\.\./_images/[0-9a-f]+\.png"', html)
+    n_ex = html.count('class="exercise admonition"')
+    assert n_ex >= 3 and html.count('class="solution dropdown admonition"') == n_ex
+
+
+def test_glossary_gives_chinese_terms(site):
+    html = (site / "book" / "glossary.html").read_text(encoding="utf-8")
+    for zh in ("首字延迟", "访存瓶颈", "投机解码", "残差流"):
+        assert zh in html

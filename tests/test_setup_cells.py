@@ -1,0 +1,39 @@
+"""Every chapter's first code cell installs llmcore on Colab from the one URL in _config.yml."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import setup_cells
+from conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+
+def test_setup_cells_match_the_config():
+    assert setup_cells.stale_notebooks() == []
+
+
+def test_url_is_defined_once_and_used_for_git_install():
+    url = setup_cells.repository_url()
+    src = setup_cells.setup_source()
+    assert src.count(url) == 1 and "git+{REPO_URL}" in src
+    code = "\n".join(l for l in src.splitlines() if not l.startswith("#"))
+    assert "llmcore-book" in code and "\"llmcore\"" not in code  # the PyPI name llmcore is another project
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_with_outputs_and_without_errors(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    assert code and all(c["execution_count"] is not None for c in code), \
+        f"{path.name} has unexecuted cells: run scripts/execute_notebooks.py {path.relative_to(ROOT)}"
+    errors = [o for c in code for o in c["outputs"] if o["output_type"] == "error"]
+    assert not errors, f"{path.name} is saved with an error output"
+    assert nb["cells"][0]["cell_type"] == "markdown" and "".join(nb["cells"][0]["source"]).startswith("# ")
+
+
+def test_readme_install_line_uses_the_configured_url():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"git+{setup_cells.repository_url()}" in readme
