@@ -9,6 +9,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # the maintenance scripts are tested as modules
+sys.path.insert(0, str(ROOT / "tests"))  # tests/answers
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,54 +1,28 @@
-"""Every checker accepts a correct answer, rejects a wrong one, and never raises."""
+"""Every checker accepts a correct answer, rejects wrong ones, and never raises.
+
+Answers live in tests/answers/chNN.py, one module per chapter, each defining ANSWERS.
+"""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
 import pytest
-import torch
 
+import answers
 import llmcore.exercises as ex
 from llmcore.exercises import CHECKERS, FAILED, NOT_ATTEMPTED, PASSED
 
 for info in pkgutil.iter_modules(ex.__path__):  # registers every chapter's checkers
     importlib.import_module(f"llmcore.exercises.{info.name}")
 
+ANSWERS: dict = {}
+for info in pkgutil.iter_modules(answers.__path__):
+    ANSWERS.update(importlib.import_module(f"answers.{info.name}").ANSWERS)
+
 
 def _skeleton(*args, **kwargs):
     raise NotImplementedError
-
-
-def _softmax_naive(x):
-    return x.exp() / x.exp().sum(-1, keepdim=True)  # overflows on large logits
-
-
-def _softmax_in_place(x):
-    x -= x.max(-1, keepdim=True).values
-    x.exp_()
-    return x.div_(x.sum(-1, keepdim=True))
-
-
-def _draws_global_rng(probs, n, seed):
-    torch.manual_seed(seed)  # reproducible, but clobbers the caller's global generator
-    return torch.multinomial(probs, n, replacement=True).tolist()
-
-
-def _draws_unseeded(probs, n, seed):
-    return torch.multinomial(probs, n, replacement=True).tolist()
-
-
-#: checker name -> (a correct answer, wrong answers it must reject)
-ANSWERS = {
-    "ch00.check_weights_gib": (
-        lambda n, dt: n * dt.itemsize / 2**30,
-        [lambda n, dt: n * dt.itemsize / 1e9, lambda n, dt: n * 4 / 2**30]),
-    "ch00.check_stable_softmax": (
-        lambda x: torch.softmax(x, -1),
-        [_softmax_naive, _softmax_in_place, lambda x: torch.softmax(x, 0)]),
-    "ch00.check_seeded_draws": (
-        lambda p, n, s: torch.multinomial(p, n, True, generator=torch.Generator().manual_seed(s)).tolist(),
-        [_draws_global_rng, _draws_unseeded, lambda p, n, s: [0] * n]),
-}
 
 
 def test_every_checker_has_answers_here():
