@@ -61,3 +61,10 @@ def test_glossary_gives_chinese_terms(site):
     html = (site / "book" / "glossary.html").read_text(encoding="utf-8")
     for zh in ("首字延迟", "访存瓶颈", "投机解码", "残差流"):
         assert zh in html
+
+
+def test_no_page_shows_a_dead_widget(site):
+    # a widget's output has no state on the static site: widget cells are tagged remove-output
+    # and followed by a static rendering (a figure or a table) of the same view
+    for page in (site / "chapters").glob("*.html"):
+        assert "application/vnd.jupyter.widget-view+json" not in page.read_text(encoding="utf-8"), page.name
