@@ -24,8 +24,9 @@ def execute(path: Path, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+    nb.metadata.pop("widgets", None)  # widget state is per session; the site shows static renderings
     for cell in nb.cells:  # keep diffs small: no per-run metadata
         cell.get("metadata", {}).pop("execution", None)
     nbformat.write(nb, path)

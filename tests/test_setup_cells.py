@@ -37,3 +37,10 @@ def test_notebook_is_committed_with_outputs_and_without_errors(path):
 def test_readme_install_line_uses_the_configured_url():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"git+{setup_cells.repository_url()}" in readme
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_stores_no_widget_state(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert "widgets" not in nb.get("metadata", {}), \
+        f"{path.name} stores widget state: re-execute it with scripts/execute_notebooks.py"
