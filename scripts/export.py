@@ -149,13 +149,13 @@ def write(root: Path = ROOT) -> list[Path]:
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if exporting would change llmcore/")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            problems = check()
+            problems = check(root)
             for p in problems:
                 print(p)
             if problems:
@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print("llmcore/ is in sync with chapters/.")
             return 0
-        for path in write():
-            print(f"wrote {path.relative_to(ROOT)}")
+        for path in write(root):
+            print(f"wrote {path.relative_to(root)}")
         return 0
     except ExportError as e:
         print(f"export error: {e}", file=sys.stderr)

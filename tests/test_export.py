@@ -1,8 +1,6 @@
 """The literate-export pipeline: notebooks -> llmcore/, and the check that they agree."""
 from __future__ import annotations
 
-import shutil
-import textwrap
 from pathlib import Path
 
 import nbformat
@@ -83,12 +81,9 @@ def test_malformed_directive_is_an_error(tmp_path):
         export.expected_files(root)
 
 
-def test_main_check_exits_nonzero_when_out_of_sync(tmp_path, monkeypatch, capsys):
+def test_main_check_exits_nonzero_when_out_of_sync(tmp_path, capsys):
     root = _book(tmp_path, [new_code_cell("#| export demo\nA = 1")])
-    monkeypatch.setattr(export, "ROOT", root)
-    monkeypatch.setattr(export.check, "__defaults__", (root,))
-    monkeypatch.setattr(export.write, "__defaults__", (root,))
-    assert export.main(["--check"]) == 1
-    assert export.main([]) == 0
-    assert export.main(["--check"]) == 0
+    assert export.main(["--check"], root) == 1
+    assert export.main([], root) == 0
+    assert export.main(["--check"], root) == 0
     assert "in sync" in capsys.readouterr().out
