@@ -1,6 +1,8 @@
 """Answers for the chapter 02 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
 from collections import Counter
 
+from llmcore.tokenizer import merge
+
 
 def _count_pairs(chunks):
     counts = {}
@@ -29,18 +31,6 @@ def _count_pairs_unordered(chunks):  # (a, b) and (b, a) counted as one pair
     return dict(counts)
 
 
-def _merge(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
 def _merge_overlapping(ids, pair, new_id):  # every position, so [1, 1, 1] -> [9, 9]
     out = []
     for i in range(len(ids) - 1):
@@ -49,7 +39,7 @@ def _merge_overlapping(ids, pair, new_id):  # every position, so [1, 1, 1] -> [9
 
 
 def _merge_right_to_left(ids, pair, new_id):
-    return _merge(ids[::-1], pair[::-1], new_id)[::-1]
+    return merge(ids[::-1], pair[::-1], new_id)[::-1]
 
 
 def _merge_string_replace(ids, pair, new_id):  # '1,2' also matches inside '11,2'
@@ -129,7 +119,7 @@ ANSWERS = {
         [_count_pairs_flattened, _count_pairs_once_per_chunk, _count_pairs_unordered,
          lambda chunks: dict(Counter(p for ids in chunks for p in zip(ids, ids[2:])))]),
     "ch02.check_merge": (
-        _merge,
+        merge,  # the chapter's own implementation is the correct answer
         [_merge_overlapping, _merge_right_to_left, _merge_string_replace, _merge_in_place, _merge_drops_last]),
     "ch02.check_zh_en_token_ratio": (
         _ratio,
