@@ -8,7 +8,6 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import export
-from conftest import ROOT
 
 
 def test_llmcore_is_in_sync_with_chapters():
