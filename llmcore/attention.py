@@ -129,9 +129,7 @@ class Attention(nn.Module):
         cos_sin: RoPE tables for `positions`, computed here when not given (the Transformer shares one).
         """
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
+        q, k, v = self.project(x)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cos_sin is None:
@@ -148,12 +146,24 @@ class Attention(nn.Module):
         out = self.attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=mask, is_causal=is_causal)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (batch, seq, dim) -> q (batch, seq, n_heads, head_dim), k and v (batch, seq, n_kv_heads, head_dim)."""
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
+        return q, k, v
+
     def _mask(self, positions: torch.Tensor, kv_len: int, cached: bool,
               attention_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """The boolean mask for this call, or (None, True) when plain causal attention is enough."""
         b, s = positions.shape
-        if not cached and attention_mask is None and (self.sliding_window is None or s <= self.sliding_window):
+        window_ok = self.sliding_window is None or max(s, kv_len if cached else 0) <= self.sliding_window
+        if not cached and attention_mask is None and window_ok:
             return None, True
+        if cached and b == 1 and s == 1 and attention_mask is None and window_ok:
+            # A decode step: one query, at the last position written, so it may see every cached key.
+            return None, False
         # With a cache, slot j holds position j, so a query's slot is its position.
         query_slots = positions if cached else torch.arange(s, device=positions.device).expand(b, s)
         if attention_mask is not None:

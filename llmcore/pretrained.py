@@ -35,33 +35,47 @@ BUNDLED = ("tiny", "tiny-draft")
 
 
 # %% chapters/A_tiny_model.ipynb § The corpus: the Python standard library
-SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+TEST_DIRS = {"test", "tests", "idle_test"}
+SKIP_DIRS = {"site-packages", "__pycache__"}
 
 
-def stdlib_files() -> list[tuple[str, Path]]:
-    """(top-level module, path) of every .py file of this Python's standard library, tests excluded."""
+def stdlib_files() -> list[tuple[str, Path, bool]]:
+    """(top-level module, path, is a test file) for every .py file of this Python's standard library."""
     std = Path(sysconfig.get_paths()["stdlib"])
     files = []
     for path in sorted(std.rglob("*.py")):
         rel = path.relative_to(std)
         if not SKIP_DIRS & set(rel.parts):
-            files.append((rel.parts[0].removesuffix(".py"), path))
+            files.append((rel.parts[0].removesuffix(".py"), path, bool(TEST_DIRS & set(rel.parts))))
     return files
 
 
+def _tests_module(path: Path, modules: set[str]) -> bool:
+    """Whether a test file's path names one of `modules` (test_subprocess.py, test_zoneinfo/, doctest_aliases.py)."""
+    names = (part.removesuffix(".py").removeprefix("test_") for part in path.parts)
+    return any(name.startswith(module) for name in names for module in modules)
+
+
 def stdlib_corpus(every: int = 20) -> dict:
-    """Train and held-out texts, files joined by <|endoftext|>; every `every`-th top-level module is held out."""
+    """Library, test-suite and held-out texts, each a list of files joined by <|endoftext|>.
+
+    The split is by top-level library module: every `every`-th one, in sorted order, is held out.
+    Tests of a held-out module are dropped from every part, so nothing about it leaks into training.
+    """
     files = stdlib_files()
-    modules = sorted({top for top, _ in files})
+    std = Path(sysconfig.get_paths()["stdlib"])
+    modules = sorted({top for top, _, is_test in files if not is_test})
     held_out = set(modules[::every])
-    parts: dict[str, list[str]] = {"train": [], "heldout": []}
-    for top, path in files:
+    parts: dict[str, list[str]] = {"train": [], "tests": [], "heldout": []}
+    for top, path, is_test in files:
+        if is_test and (top in held_out or _tests_module(path.relative_to(std), held_out)):
+            continue
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue  # a few files are deliberately not UTF-8
         if EOT not in text:  # the separator never appears inside a document
-            parts["heldout" if top in held_out else "train"].append(text)
+            parts["tests" if is_test else "heldout" if top in held_out else "train"].append(text)
     corpus = {name: EOT.join(texts) for name, texts in parts.items()}
     corpus["meta"] = {
         "python": platform.python_version(), "heldout_modules": sorted(held_out),
@@ -104,8 +118,12 @@ def init_weights(model: Transformer) -> None:
 
 
 def train(cfg: ModelConfig, recipe: Recipe, train_ids: torch.Tensor, device, log_every: int = 25,
-          log=print) -> tuple[Transformer, list[dict], float]:
-    """Train a fresh model on random windows of `train_ids`; returns (model, loss curve, seconds)."""
+          log=print, evaluate=None, eval_every: int = 0) -> tuple[Transformer, list[dict], float]:
+    """Train a fresh model on random windows of `train_ids`; returns (model, loss curve, seconds).
+
+    `evaluate(model) -> nats/token` (e.g. held-out cross-entropy) runs every `eval_every` steps and
+    after the last one; its value joins the loss curve as "heldout".
+    """
     seed_everything(recipe.seed)
     model = Transformer(cfg).to(device)
     init_weights(model)
@@ -127,30 +145,51 @@ def train(cfg: ModelConfig, recipe: Recipe, train_ids: torch.Tensor, device, log
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         opt.step()
-        if step % log_every == 0 or step == recipe.steps - 1:
+        last = step == recipe.steps - 1
+        if step % log_every == 0 or last:
             elapsed = time.perf_counter() - start
-            curve.append({"step": step, "loss": round(loss.item(), 4), "seconds": round(elapsed, 1)})
+            point = {"step": step, "loss": round(loss.item(), 4), "seconds": round(elapsed, 1)}
             tok_s = (step + 1) * recipe.batch * recipe.seq_len / elapsed
+            if evaluate is not None and eval_every and (step % eval_every == 0 or last):
+                point["heldout"] = round(evaluate(model.eval()), 4)
+                model.train()
+            curve.append(point)
             log(f"step {step:5d}/{recipe.steps}  loss {loss.item():.3f}  lr {lr_at(step, recipe):.2e}  "
-                f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min")
+                f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min" + (f"  held-out {point['heldout']:.3f}" if "heldout" in point else ""))
     return model.eval(), curve, time.perf_counter() - start
 
 
 # %% chapters/A_tiny_model.ipynb § How good is it?
 @torch.no_grad()
-def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, batch: int = 32) -> float:
-    """Mean next-token cross-entropy (nats/token) over non-overlapping windows covering `ids`."""
+def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, stride: int | None = None,
+                  batch: int = 32) -> float:
+    """Mean next-token cross-entropy (nats/token) of `ids`, every token after the first scored exactly once.
+
+    Windows of `seq_len` tokens start every `stride` tokens (default `seq_len`: no overlap). Each window
+    scores only the targets the previous one did not, so with a smaller stride every target after the
+    first window is predicted from at least `seq_len - stride` tokens of context.
+    """
+    stride = seq_len if stride is None else stride
+    if not 0 < stride <= seq_len:
+        raise ValueError(f"stride must be in 1..seq_len ({seq_len}), got {stride}")
+    if len(ids) < 2:
+        raise ValueError("need at least two tokens to score a next-token prediction")
     device = next(model.parameters()).device
-    n = (len(ids) - 1) // seq_len
-    total, count = 0.0, 0
-    for start in range(0, n, batch):
-        rows = range(start, min(n, start + batch))
-        x = torch.stack([ids[i * seq_len:(i + 1) * seq_len] for i in rows]).to(device)
-        y = torch.stack([ids[i * seq_len + 1:(i + 1) * seq_len + 1] for i in rows]).to(device)
-        logits = model(x).float()
-        total += F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), reduction="sum").item()
-        count += y.numel()
-    return total / count
+    n_targets, windows, scored = len(ids) - 1, [], 0
+    while scored < n_targets:  # targets ids[scored + 1 : end + 1] are scored by the window ids[start:end]
+        end = min(scored + (stride if scored else seq_len), n_targets)
+        start = max(0, end - seq_len)
+        windows.append((start, end, scored - start))
+        scored = end
+    total = 0.0
+    for i in range(0, len(windows), batch):
+        group = windows[i:i + batch]  # all of length min(seq_len, len(ids) - 1)
+        x = torch.stack([ids[s:e] for s, e, _ in group]).to(device)
+        y = torch.stack([ids[s + 1:e + 1] for s, e, _ in group]).to(device)
+        losses = F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none")
+        first = torch.tensor([k for *_, k in group], device=device)
+        total += losses[torch.arange(x.size(1), device=device) >= first[:, None]].sum().item()
+    return total / n_targets
 
 
 def bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
@@ -255,7 +294,7 @@ def training_record(name: str) -> dict:
     return json.loads((bundled_dir(name) / "training.json").read_text())
 
 
-__all__ = ['EOT', 'BUNDLED', 'SKIP_DIRS', 'stdlib_files', 'stdlib_corpus', 'Recipe', 'lr_at',
+__all__ = ['EOT', 'BUNDLED', 'TEST_DIRS', 'SKIP_DIRS', 'stdlib_files', 'stdlib_corpus', 'Recipe', 'lr_at',
            'init_weights', 'train', 'cross_entropy', 'bits_per_byte', 'lzma_bits_per_byte', 'hf_name',
            'hf_config', 'save_pretrained', 'bundled_dir', 'load_tokenizer', 'load_model', 'load',
            'training_record']

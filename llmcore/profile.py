@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import statistics
 import time
+import types
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,7 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmcore.device import pick_device, resolve_dtype, synchronize
-from llmcore.model import ModelConfig
+from llmcore.attention import Attention, attention_fused
+from llmcore.layers import SwiGLU
+from llmcore.model import ModelConfig, TransformerBlock
 
 
 # %% chapters/05_prefill_decode.ipynb § Counting the work
@@ -269,6 +273,220 @@ def split_matvec_linears(model: nn.Module) -> nn.Module:
     return model
 
 
+# %% chapters/05_prefill_decode.ipynb § Fusing products, streaming kernels and prepacked weights
+def _version(t: torch.Tensor) -> int:
+    """The in-place write counter of `t` (-1 for inference tensors, which do not keep one)."""
+    return -1 if t.is_inference() else t._version
+
+
+def _weight_key(linear: nn.Linear) -> tuple:
+    """Changes whenever the layer's weight is replaced, moved, cast or written in place."""
+    return linear.weight.data_ptr(), _version(linear.weight), linear.weight.dtype
+
+
+def _matvec(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """weight @ x (+ bias) as a product and a sum: compiled, one streaming pass over the weight."""
+    y = (weight * x).sum(-1)
+    return y if bias is None else y + bias
+
+
+_MATVEC_KERNELS: dict[tuple, Callable] = {}
+
+
+def matvec_kernel(shape: tuple[int, int], dtype: torch.dtype, has_bias: bool) -> Callable:
+    """The compiled `_matvec` for one weight shape and dtype (made once, then reused)."""
+    key = (tuple(shape), dtype, has_bias)
+    if key not in _MATVEC_KERNELS:
+        # torch.compile keeps its compiled versions per code object, at most 8 of them; a code
+        # object of its own for each shape keeps a model with many shapes under that limit.
+        code = _matvec.__code__.replace(co_name=f"matvec_{shape[0]}x{shape[1]}")
+        _MATVEC_KERNELS[key] = torch.compile(types.FunctionType(code, _matvec.__globals__), dynamic=False)
+    return _MATVEC_KERNELS[key]
+
+
+def _onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's prepacked copy of a linear layer's weight, or None where this build cannot make one."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+    except (RuntimeError, AttributeError):  # no such kernel for this dtype or build
+        return None
+
+
+class DecodeLinear(SplitMatVecLinear):
+    """A linear layer tuned for decode on a CPU.
+
+    One row: a compiled kernel that streams the weight once (`matvec_kernel`). Up to `max_rows` rows:
+    a copy of the weight prepacked by oneDNN. Anything else, or another device, or when neither is
+    available: SplitMatVecLinear. The kernel and the packed copy are remade when the weight changes.
+    """
+    compile_matvec = True  # set False to skip the compiled kernel (it is switched off if compiling fails)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.dtype == self.weight.dtype:
+            rows = x.numel() // self.in_features
+            if rows == 1 and DecodeLinear.compile_matvec:
+                y = self._streamed(x.reshape(self.in_features))
+                if y is not None:
+                    return y.view(*x.shape[:-1], self.out_features)
+            if rows <= self.max_rows:
+                packed = self._packed()
+                if packed is not None:
+                    return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+        return super().forward(x)
+
+    def _streamed(self, x: torch.Tensor) -> torch.Tensor | None:
+        key, cached = _weight_key(self), self.__dict__.get("_matvec_cache")
+        if cached is None or cached[0] != key:
+            weight, bias = self.weight.detach(), None if self.bias is None else self.bias.detach()
+            cached = (key, matvec_kernel(weight.shape, weight.dtype, bias is not None), weight, bias)
+            self.__dict__["_matvec_cache"] = cached
+        _, kernel, weight, bias = cached
+        try:
+            return kernel(weight, x, bias)
+        except Exception as err:  # e.g. no C++ compiler: torch.compile's errors have many types
+            DecodeLinear.compile_matvec = False
+            warnings.warn(f"compiled matrix-vector kernels are off ({type(err).__name__}: {err}); "
+                          "decode steps use oneDNN's prepacked weights instead", RuntimeWarning, stacklevel=2)
+            return None
+
+    def _packed(self) -> torch.Tensor | None:
+        key, cached = _weight_key(self), self.__dict__.get("_packed_cache")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_packed_cache"] = (key, _onednn_pack(self.weight))
+        return cached[1]
+
+
+def fuse_linears(linears: list[nn.Linear]) -> DecodeLinear:
+    """One DecodeLinear computing the outputs of `linears` (which share their input) side by side."""
+    first = linears[0]
+    if any(lin.in_features != first.in_features or (lin.bias is None) != (first.bias is None) for lin in linears):
+        raise ValueError("only linear layers with the same input size and the same use of bias can be fused")
+    with torch.inference_mode(False), torch.no_grad():  # an ordinary tensor, even when made inside inference_mode
+        fused = DecodeLinear(first.in_features, sum(lin.out_features for lin in linears), bias=first.bias is not None,
+                             device=first.weight.device, dtype=first.weight.dtype).requires_grad_(False)
+        fused.weight.copy_(torch.cat([lin.weight for lin in linears]))
+        if first.bias is not None:
+            fused.bias.copy_(torch.cat([lin.bias for lin in linears]))
+    return fused
+
+
+def _fused(module: nn.Module, sources: list[nn.Linear]) -> DecodeLinear:
+    """The fused copy of `sources` kept on `module` (not registered: state_dict is unchanged), rebuilt
+    whenever one of the source weights has been replaced, moved, cast or written since it was made."""
+    key = tuple(_weight_key(lin) for lin in sources)
+    cached = module.__dict__.get("_fused_cache")
+    if cached is None or cached[0] != key:
+        cached = module.__dict__["_fused_cache"] = (key, fuse_linears(sources))
+    return cached[1]
+
+
+class FusedQKVAttention(Attention):
+    """Attention whose q, k and v projections run as one product."""
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, s, _ = x.shape
+        qkv = _fused(self, [self.q_proj, self.k_proj, self.v_proj])(x)
+        q, k, v = qkv.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
+        return (q.view(b, s, self.n_heads, self.head_dim), k.view(b, s, self.n_kv_heads, self.head_dim),
+                v.view(b, s, self.n_kv_heads, self.head_dim))
+
+
+class FusedSwiGLU(SwiGLU):
+    """SwiGLU whose gate and up projections run as one product."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = _fused(self, [self.gate_proj, self.up_proj])(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+# %% chapters/05_prefill_decode.ipynb § Fusing the small operations too
+def _compiled(fn: Callable, *key) -> Callable:
+    """torch.compile(fn), once per key, each with a code object of its own (see matvec_kernel)."""
+    full_key = (fn.__name__, *key)
+    if full_key not in _MATVEC_KERNELS:
+        code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
+        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=False)
+    return _MATVEC_KERNELS[full_key]
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The arithmetic of llmcore.layers.RMSNorm, as a function the compiler can take in."""
+    x32 = x.to(torch.float32)
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on (heads, head_dim) rows, as llmcore.layers.apply_rope."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _block_in(x, norm_weight, eps: float, w_qkv, b_qkv, cos, sin, n_q: int, n_kv: int, head_dim: int):
+    """Norm, fused q/k/v product and RoPE for one token; x (dim,) -> q (n_q, hd), k and v (n_kv, hd)."""
+    qkv = _matvec(w_qkv, _rms_norm(x, norm_weight, eps), b_qkv)
+    q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim])
+    q, k = q.view(n_q, head_dim), k.view(n_kv, head_dim)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin), v.view(n_kv, head_dim)
+
+
+def _block_out(x, attn, w_o, b_o, norm_weight, eps: float, w_gate_up, b_gate_up, w_down, b_down):
+    """Output projection and residual, then the norm, SwiGLU and residual of the MLP, for one token."""
+    x = x + _matvec(w_o, attn, b_o)
+    gate, up = _matvec(w_gate_up, _rms_norm(x, norm_weight, eps), b_gate_up).chunk(2)
+    return x + _matvec(w_down, F.silu(gate) * up, b_down)
+
+
+class DecodeBlock(TransformerBlock):
+    """A transformer block whose one-sequence decode steps run as two compiled pieces (CPU)."""
+
+    def forward(self, x, positions, cos_sin, kv_cache=None, layer_idx=0, attention_mask=None):
+        attn = self.attn
+        if not (DecodeLinear.compile_matvec and x.device.type == "cpu" and x.shape[:2] == (1, 1)
+                and kv_cache is not None and attention_mask is None and attn.q_norm is None
+                and attn.sliding_window is None and attn.attend is attention_fused
+                and isinstance(attn, FusedQKVAttention) and isinstance(self.mlp, FusedSwiGLU)):
+            return super().forward(x, positions, cos_sin, kv_cache, layer_idx, attention_mask)
+        qkv, gate_up = _fused(attn, [attn.q_proj, attn.k_proj, attn.v_proj]), _fused(self.mlp, [self.mlp.gate_proj, self.mlp.up_proj])
+        o, down = attn.o_proj, self.mlp.down_proj
+        weights = (qkv.weight, qkv.bias, o.weight, o.bias, gate_up.weight, gate_up.bias, down.weight, down.bias)
+        key = (tuple(x.shape), x.dtype, attn.n_heads, attn.n_kv_heads, attn.head_dim,
+               tuple(None if w is None else (tuple(w.shape), w.dtype) for w in weights))
+        try:
+            q, k, v = _compiled(_block_in, key)(
+                x[0, 0], self.attn_norm.weight.detach(), self.attn_norm.eps, qkv.weight, qkv.bias,
+                cos_sin[0][0, 0], cos_sin[1][0, 0], attn.n_heads, attn.n_kv_heads, attn.head_dim)
+        except Exception as err:  # the same fallback as DecodeLinear's
+            DecodeLinear.compile_matvec = False
+            warnings.warn(f"compiled decode blocks are off ({type(err).__name__}: {err})", RuntimeWarning, stacklevel=2)
+            return super().forward(x, positions, cos_sin, kv_cache, layer_idx, attention_mask)
+        k_all, v_all = kv_cache.update(layer_idx, positions, k[None, :, None], v[None, :, None])
+        # One query at the last position written: it may see every cached key, so no mask.
+        out = F.scaled_dot_product_attention(q[None, :, None], k_all, v_all, enable_gqa=True)
+        y = _compiled(_block_out, key)(
+            x[0, 0], out.reshape(-1), o.weight.detach(), None if o.bias is None else o.bias.detach(),
+            self.mlp_norm.weight.detach(), self.mlp_norm.eps, gate_up.weight, gate_up.bias,
+            down.weight.detach(), None if down.bias is None else down.bias.detach())
+        return y.view(1, 1, -1)
+
+
+def prepare_for_decode(model: nn.Module) -> nn.Module:
+    """Speed up decode steps of an llmcore model in place, and return it: fused q/k/v and gate/up
+    products, every linear layer a DecodeLinear, every block a DecodeBlock. Same parameters, same
+    outputs up to rounding."""
+    for module in model.modules():
+        if type(module) is TransformerBlock:
+            module.__class__ = DecodeBlock
+        elif type(module) is Attention:
+            module.__class__ = FusedQKVAttention
+        elif type(module) is SwiGLU:
+            module.__class__ = FusedSwiGLU
+        elif type(module) in (nn.Linear, SplitMatVecLinear):
+            module.__class__ = DecodeLinear
+    return model
+
+
 # %% chapters/05_prefill_decode.ipynb § Real models on real GPUs: why decode leaves the GPU idle
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 8192}
@@ -313,4 +531,6 @@ ACCELERATORS = {
 __all__ = ['matmul_weights', 'parameter_count', 'kv_bytes_per_token', 'Cost', 'attention_flops',
            'forward_cost', 'prefill_cost', 'decode_cost', 'median_time', 'measure_matmul_flops',
            'measure_copy_bandwidth', 'Roofline', 'measure_roofline', 'plot_roofline', 'SplitMatVecLinear',
-           'split_matvec_linears', 'LLAMA31_ROPE', 'MODEL_SHAPES', 'Accelerator', 'ACCELERATORS']
+           'split_matvec_linears', 'matvec_kernel', 'DecodeLinear', 'fuse_linears', 'FusedQKVAttention',
+           'FusedSwiGLU', 'DecodeBlock', 'prepare_for_decode', 'LLAMA31_ROPE', 'MODEL_SHAPES',
+           'Accelerator', 'ACCELERATORS']

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM
 
 from llmcore.hf import llmcore_name, load_pretrained
 from llmcore.model import ModelConfig, Transformer
-from llmcore.pretrained import (BUNDLED, EOT, bundled_dir, hf_name, load, load_model, load_tokenizer,
-                                save_pretrained, stdlib_corpus, training_record)
+from llmcore.pretrained import (BUNDLED, EOT, bundled_dir, cross_entropy, hf_name, load, load_model, load_tokenizer,
+                                save_pretrained, stdlib_corpus, stdlib_files, training_record)
 from llmcore.tokenizer import Tokenizer
 
 DATA = resources.files("llmcore") / "data"
@@ -92,6 +92,64 @@ def test_corpus_is_reproducible():
     meta = stdlib_corpus()["meta"]
     assert meta["train_sha256"] == training_record("tiny")["corpus"]["train_sha256"]
     assert meta["heldout_sha256"] == training_record("tiny")["corpus"]["heldout_sha256"]
+    assert meta["tests_sha256"] == training_record("tiny")["corpus"]["tests_sha256"]
+
+
+def test_tests_of_heldout_modules_are_left_out():
+    corpus = stdlib_corpus()
+    held_out = corpus["meta"]["heldout_modules"]
+    dropped = [path for _, path, is_test in stdlib_files()
+               if is_test and any(path.stem.removeprefix("test_").startswith(m) for m in held_out)]
+    if not corpus["meta"]["tests_files"]:
+        pytest.skip("this Python ships without its test suite")
+    assert dropped, "expected e.g. Lib/test/test_subprocess.py to be a test of a held-out module"
+    for path in dropped:
+        assert path.read_text(encoding="utf-8", errors="replace") not in corpus["tests"], path
+
+
+def _reference_cross_entropy(model, ids, seq_len):
+    """Every target predicted from the seq_len tokens before it (or all of them, near the start)."""
+    total = 0.0
+    for t in range(1, len(ids)):
+        context = ids[max(0, t - seq_len):t]
+        logits = model(context[None])[0, -1].float()
+        total -= torch.log_softmax(logits, -1)[ids[t]].item()
+    return total / (len(ids) - 1)
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=48)).eval()
+
+
+def test_cross_entropy_with_stride_one_matches_a_per_token_reference(small_model):
+    ids = torch.randint(0, 64, (41,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = _reference_cross_entropy(small_model, ids, seq_len=8)
+    assert cross_entropy(small_model, ids, seq_len=8, stride=1, batch=5) == pytest.approx(expected, rel=1e-5)
+
+
+def test_cross_entropy_windows_score_every_target_once(small_model):
+    ids = torch.randint(0, 64, (50,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():  # non-overlapping windows of 16 and a last window for the remaining 1 target
+        logp = torch.cat([torch.log_softmax(small_model(ids[s:s + 16][None])[0].float(), -1) for s in (0, 16, 32)])
+        tail = torch.log_softmax(small_model(ids[33:49][None])[0, -1].float(), -1)[ids[49]]
+        expected = -(logp[torch.arange(48), ids[1:49]].sum() + tail).item() / 49
+    assert cross_entropy(small_model, ids, seq_len=16) == pytest.approx(expected, rel=1e-5)
+    short = ids[:10]  # shorter than one window
+    assert cross_entropy(small_model, short, seq_len=16, stride=4) == pytest.approx(
+        cross_entropy(small_model, short, seq_len=16), rel=1e-6)
+
+
+def test_cross_entropy_rejects_bad_arguments(small_model):
+    ids = torch.arange(20)
+    with pytest.raises(ValueError, match="stride must be in 1..seq_len"):
+        cross_entropy(small_model, ids, seq_len=8, stride=9)
+    with pytest.raises(ValueError, match="stride must be in 1..seq_len"):
+        cross_entropy(small_model, ids, seq_len=8, stride=0)
+    with pytest.raises(ValueError, match="at least two tokens"):
+        cross_entropy(small_model, ids[:1], seq_len=8)
 
 
 def test_hf_names_invert_llmcore_names():

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from llmcore.model import ModelConfig, Transformer
-from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, Cost, Roofline, SplitMatVecLinear, attention_flops,
-                             decode_cost, forward_cost, kv_bytes_per_token, matmul_weights,
+from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, Cost, DecodeBlock, DecodeLinear, FusedQKVAttention, FusedSwiGLU, Roofline,
+                             SplitMatVecLinear, attention_flops, decode_cost, fuse_linears, matvec_kernel, forward_cost, kv_bytes_per_token, matmul_weights,
                              measure_copy_bandwidth, measure_matmul_flops, measure_roofline, median_time,
-                             parameter_count, plot_roofline, prefill_cost, split_matvec_linears)
+                             parameter_count, plot_roofline, prefill_cost, prepare_for_decode, split_matvec_linears)
 
 matplotlib.use("Agg")
 
@@ -154,3 +154,135 @@ def test_split_matvec_linears_keeps_weights_and_ties():
     finally:
         torch.set_num_threads(before)
     assert torch.equal(got, expected)
+
+
+def _generate(model, cfg, prompt, n, dtype=torch.float32):
+    from llmcore.kvcache import KVCache, greedy_generate
+    cache = KVCache(cfg, prompt.shape[0], prompt.shape[1] + n, device="cpu", dtype=dtype)
+    return greedy_generate(model, prompt, n, cache)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS + [{"sliding_window": 4}])
+def test_prepare_for_decode_keeps_outputs_and_parameters(overrides):
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{**TINY, **overrides})
+    model = Transformer(cfg).eval()
+    prompt = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+    batch = torch.randint(0, 64, (3, 4), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 64, (2, 70), generator=torch.Generator().manual_seed(3))  # > max_rows: plain path
+    with torch.inference_mode():
+        expected = [model(ids), _generate(model, cfg, prompt, 8), _generate(model, cfg, batch, 6)]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert prepare_for_decode(model) is model
+    assert isinstance(model.blocks[0].attn, FusedQKVAttention) and isinstance(model.blocks[0].mlp, FusedSwiGLU)
+    assert all(type(m) is DecodeLinear for m in model.modules() if isinstance(m, nn.Linear))
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    with torch.inference_mode():
+        torch.testing.assert_close(model(ids), expected[0], atol=1e-5, rtol=1e-5)
+        assert torch.equal(_generate(model, cfg, prompt, 8), expected[1])
+        assert torch.equal(_generate(model, cfg, batch, 6), expected[2])
+
+
+def test_prepared_model_follows_weight_changes():
+    torch.manual_seed(0)
+    cfg = ModelConfig(**TINY)
+    model, reference = Transformer(cfg).eval(), Transformer(cfg).eval()
+    reference.load_state_dict(model.state_dict())
+    prepare_for_decode(model)
+    x = torch.randint(0, 64, (1, 3))
+    with torch.inference_mode():
+        model(x)  # makes the fused and packed copies
+    with torch.no_grad():  # in-place writes to weights that were fused or packed
+        for m in (model, reference):
+            m.blocks[0].attn.k_proj.weight.mul_(-2.0)
+            m.blocks[1].mlp.up_proj.weight.add_(0.5)
+            m.lm_head.weight.mul_(0.5)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), reference(x), atol=1e-5, rtol=1e-5)
+    model.to(torch.bfloat16)
+    reference.to(torch.bfloat16)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x).float(), reference(x).float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_decode_linear_without_compiler_or_onednn_uses_the_split_product(monkeypatch, rows):
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    monkeypatch.setattr(DecodeLinear, "compile_matvec", False)
+    torch.manual_seed(0)
+    plain = nn.Linear(32, 48)
+    fast = nn.Linear(32, 48)
+    fast.load_state_dict(plain.state_dict())
+    fast.__class__ = DecodeLinear
+    x = torch.randn(1, rows, 32)
+    torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+    assert fast._packed() is None and "_matvec_cache" not in fast.__dict__
+
+
+def test_decode_linear_streams_one_row_through_a_compiled_kernel():
+    torch.manual_seed(0)
+    plain = nn.Linear(40, 24)
+    fast = nn.Linear(40, 24)
+    fast.load_state_dict(plain.state_dict())
+    fast.__class__ = DecodeLinear
+    x = torch.randn(1, 1, 40)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+    assert DecodeLinear.compile_matvec, "compiling the kernel failed on this machine"
+    key, kernel, *_ = fast.__dict__["_matvec_cache"]
+    assert kernel is matvec_kernel((24, 40), torch.float32, True)  # one kernel per shape, reused
+
+
+def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        def kernel(*a):
+            raise RuntimeError("no C++ compiler")
+        return kernel
+    import llmcore.profile as profile
+    monkeypatch.setattr(profile, "matvec_kernel", broken)
+    monkeypatch.setattr(DecodeLinear, "compile_matvec", True)
+    torch.manual_seed(0)
+    plain = nn.Linear(16, 8, bias=False)
+    fast = nn.Linear(16, 8, bias=False)
+    fast.load_state_dict(plain.state_dict())
+    fast.__class__ = DecodeLinear
+    x = torch.randn(1, 16)
+    with pytest.warns(RuntimeWarning, match="compiled matrix-vector kernels are off .*no C\\+\\+ compiler"):
+        y = fast(x)
+    torch.testing.assert_close(y, plain(x), atol=1e-5, rtol=1e-5)
+    assert not DecodeLinear.compile_matvec
+
+
+def test_fuse_linears_stacks_outputs_and_rejects_mismatches():
+    torch.manual_seed(0)
+    a, b = nn.Linear(8, 3), nn.Linear(8, 5)
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(fuse_linears([a, b])(x), torch.cat([a(x), b(x)], dim=-1))
+    with pytest.raises(ValueError, match="same input size and the same use of bias"):
+        fuse_linears([a, nn.Linear(8, 2, bias=False)])
+    with pytest.raises(ValueError, match="same input size"):
+        fuse_linears([a, nn.Linear(9, 2)])
+
+
+def test_decode_steps_of_one_sequence_run_the_compiled_block():
+    from llmcore.kvcache import KVCache, decode_step, prefill
+    import llmcore.profile as profile
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{**TINY, "tie_word_embeddings": True})
+    model, reference = Transformer(cfg).eval(), Transformer(cfg).eval()
+    reference.load_state_dict(model.state_dict())
+    prepare_for_decode(model)
+    assert all(type(b) is DecodeBlock for b in model.blocks)
+    prompt = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(4))
+    caches = [KVCache(cfg, 1, 12, device="cpu", dtype=torch.float32) for _ in range(2)]
+    token = torch.tensor([5])
+    for m, cache in zip((model, reference), caches):
+        prefill(m, prompt, cache)
+    for position in range(6, 12):
+        got, expected = decode_step(model, token, caches[0], position), decode_step(reference, token, caches[1], position)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        token = expected.argmax(-1)
+    torch.testing.assert_close(caches[0].k, caches[1].k, atol=1e-5, rtol=1e-5)
+    assert DecodeLinear.compile_matvec
+    assert any(key[0] == "_block_in" for key in profile._MATVEC_KERNELS)
