@@ -154,8 +154,9 @@ def train(cfg: ModelConfig, recipe: Recipe, train_ids: torch.Tensor, device, log
                 point["heldout"] = round(evaluate(model.eval()), 4)
                 model.train()
             curve.append(point)
+            held = f"  held-out {point['heldout']:.3f}" if "heldout" in point else ""
             log(f"step {step:5d}/{recipe.steps}  loss {loss.item():.3f}  lr {lr_at(step, recipe):.2e}  "
-                f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min" + (f"  held-out {point['heldout']:.3f}" if "heldout" in point else ""))
+                f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min{held}")
     return model.eval(), curve, time.perf_counter() - start
 
 

@@ -448,7 +448,8 @@ class DecodeBlock(TransformerBlock):
                 and attn.sliding_window is None and attn.attend is attention_fused
                 and isinstance(attn, FusedQKVAttention) and isinstance(self.mlp, FusedSwiGLU)):
             return super().forward(x, positions, cos_sin, kv_cache, layer_idx, attention_mask)
-        qkv, gate_up = _fused(attn, [attn.q_proj, attn.k_proj, attn.v_proj]), _fused(self.mlp, [self.mlp.gate_proj, self.mlp.up_proj])
+        qkv = _fused(attn, [attn.q_proj, attn.k_proj, attn.v_proj])
+        gate_up = _fused(self.mlp, [self.mlp.gate_proj, self.mlp.up_proj])
         o, down = attn.o_proj, self.mlp.down_proj
         weights = (qkv.weight, qkv.bias, o.weight, o.bias, gate_up.weight, gate_up.bias, down.weight, down.bias)
         key = (tuple(x.shape), x.dtype, attn.n_heads, attn.n_kv_heads, attn.head_dim,

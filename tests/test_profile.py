@@ -7,10 +7,11 @@ import torch
 from torch import nn
 
 from llmcore.model import ModelConfig, Transformer
-from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, Cost, DecodeBlock, DecodeLinear, FusedQKVAttention, FusedSwiGLU, Roofline,
-                             SplitMatVecLinear, attention_flops, decode_cost, fuse_linears, matvec_kernel, forward_cost, kv_bytes_per_token, matmul_weights,
-                             measure_copy_bandwidth, measure_matmul_flops, measure_roofline, median_time,
-                             parameter_count, plot_roofline, prefill_cost, prepare_for_decode, split_matvec_linears)
+from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, Cost, DecodeBlock, DecodeLinear, FusedQKVAttention,
+                             FusedSwiGLU, Roofline, SplitMatVecLinear, attention_flops, decode_cost, forward_cost,
+                             fuse_linears, kv_bytes_per_token, matmul_weights, matvec_kernel, measure_copy_bandwidth,
+                             measure_matmul_flops, measure_roofline, median_time, parameter_count, plot_roofline,
+                             prefill_cost, prepare_for_decode, split_matvec_linears)
 
 matplotlib.use("Agg")
 
@@ -280,7 +281,8 @@ def test_decode_steps_of_one_sequence_run_the_compiled_block():
     for m, cache in zip((model, reference), caches):
         prefill(m, prompt, cache)
     for position in range(6, 12):
-        got, expected = decode_step(model, token, caches[0], position), decode_step(reference, token, caches[1], position)
+        got = decode_step(model, token, caches[0], position)
+        expected = decode_step(reference, token, caches[1], position)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
         token = expected.argmax(-1)
     torch.testing.assert_close(caches[0].k, caches[1].k, atol=1e-5, rtol=1e-5)
