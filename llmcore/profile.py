@@ -444,7 +444,7 @@ class DecodeBlock(TransformerBlock):
     def forward(self, x, positions, cos_sin, kv_cache=None, layer_idx=0, attention_mask=None):
         attn = self.attn
         if not (DecodeLinear.compile_matvec and x.device.type == "cpu" and x.shape[:2] == (1, 1)
-                and kv_cache is not None and attention_mask is None and attn.q_norm is None
+                and attention_mask is None and attn.q_norm is None
                 and attn.sliding_window is None and attn.attend is attention_fused
                 and isinstance(attn, FusedQKVAttention) and isinstance(self.mlp, FusedSwiGLU)):
             return super().forward(x, positions, cos_sin, kv_cache, layer_idx, attention_mask)
@@ -462,7 +462,9 @@ class DecodeBlock(TransformerBlock):
             DecodeLinear.compile_matvec = False
             warnings.warn(f"compiled decode blocks are off ({type(err).__name__}: {err})", RuntimeWarning, stacklevel=2)
             return super().forward(x, positions, cos_sin, kv_cache, layer_idx, attention_mask)
-        k_all, v_all = kv_cache.update(layer_idx, positions, k[None, :, None], v[None, :, None])
+        k_all, v_all = k[None, :, None], v[None, :, None]  # (1, n_kv_heads, 1, head_dim)
+        if kv_cache is not None:
+            k_all, v_all = kv_cache.update(layer_idx, positions, k_all, v_all)
         # One query at the last position written: it may see every cached key, so no mask.
         out = F.scaled_dot_product_attention(q[None, :, None], k_all, v_all, enable_gqa=True)
         y = _compiled(_block_out, key)(

@@ -288,3 +288,15 @@ def test_decode_steps_of_one_sequence_run_the_compiled_block():
     torch.testing.assert_close(caches[0].k, caches[1].k, atol=1e-5, rtol=1e-5)
     assert DecodeLinear.compile_matvec
     assert any(key[0] == "_block_in" for key in profile._MATVEC_KERNELS)
+
+
+def test_the_compiled_block_also_serves_a_single_token_without_cache():
+    torch.manual_seed(0)
+    cfg = ModelConfig(**TINY)
+    model, reference = Transformer(cfg).eval(), Transformer(cfg).eval()
+    reference.load_state_dict(model.state_dict())
+    prepare_for_decode(model)
+    token, position = torch.tensor([[7]]), torch.tensor([40])
+    with torch.inference_mode():
+        torch.testing.assert_close(model(token, positions=position), reference(token, positions=position),
+                                   atol=1e-5, rtol=1e-5)
