@@ -24,9 +24,11 @@ def execute(path: Path, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
+                            store_widget_state=True, resources={"metadata": {"path": str(path.parent)}})
     client.execute()
-    nb.metadata.pop("widgets", None)  # widget state is per session; the site shows static renderings
+    # nbclient needs the widget state while it runs (its output-widget hook reads it); the state is per
+    # session and the site shows static renderings, so it is dropped before saving.
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:  # keep diffs small: no per-run metadata
         cell.get("metadata", {}).pop("execution", None)
     nbformat.write(nb, path)
