@@ -25,7 +25,7 @@ from torch import nn
 
 from llmcore.device import pick_device, resolve_dtype, synchronize
 from llmcore.attention import Attention, attention_fused
-from llmcore.layers import SwiGLU
+from llmcore.layers import SwiGLU, apply_rope
 from llmcore.model import ModelConfig, TransformerBlock
 
 
@@ -293,15 +293,22 @@ def _matvec(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) ->
 _MATVEC_KERNELS: dict[tuple, Callable] = {}
 
 
+def _compiled(fn: Callable, *key) -> Callable:
+    """torch.compile(fn), made once per key and then reused.
+
+    torch.compile keeps its compiled versions per code object, at most 8 of them; a code object of
+    its own for each key keeps a model with many shapes under that limit.
+    """
+    full_key = (fn.__name__, *key)
+    if full_key not in _MATVEC_KERNELS:
+        code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
+        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=False)
+    return _MATVEC_KERNELS[full_key]
+
+
 def matvec_kernel(shape: tuple[int, int], dtype: torch.dtype, has_bias: bool) -> Callable:
     """The compiled `_matvec` for one weight shape and dtype (made once, then reused)."""
-    key = (tuple(shape), dtype, has_bias)
-    if key not in _MATVEC_KERNELS:
-        # torch.compile keeps its compiled versions per code object, at most 8 of them; a code
-        # object of its own for each shape keeps a model with many shapes under that limit.
-        code = _matvec.__code__.replace(co_name=f"matvec_{shape[0]}x{shape[1]}")
-        _MATVEC_KERNELS[key] = torch.compile(types.FunctionType(code, _matvec.__globals__), dynamic=False)
-    return _MATVEC_KERNELS[key]
+    return _compiled(_matvec, tuple(shape), dtype, has_bias)
 
 
 def _onednn_pack(weight: torch.Tensor) -> torch.Tensor | None:
@@ -402,25 +409,10 @@ class FusedSwiGLU(SwiGLU):
 
 
 # %% chapters/05_prefill_decode.ipynb § Fusing the small operations too
-def _compiled(fn: Callable, *key) -> Callable:
-    """torch.compile(fn), once per key, each with a code object of its own (see matvec_kernel)."""
-    full_key = (fn.__name__, *key)
-    if full_key not in _MATVEC_KERNELS:
-        code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
-        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=False)
-    return _MATVEC_KERNELS[full_key]
-
-
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The arithmetic of llmcore.layers.RMSNorm, as a function the compiler can take in."""
     x32 = x.to(torch.float32)
     return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on (heads, head_dim) rows, as llmcore.layers.apply_rope."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 def _block_in(x, norm_weight, eps: float, w_qkv, b_qkv, cos, sin, n_q: int, n_kv: int, head_dim: int):
@@ -428,7 +420,7 @@ def _block_in(x, norm_weight, eps: float, w_qkv, b_qkv, cos, sin, n_q: int, n_kv
     qkv = _matvec(w_qkv, _rms_norm(x, norm_weight, eps), b_qkv)
     q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim])
     q, k = q.view(n_q, head_dim), k.view(n_kv, head_dim)
-    return _rotate(q, cos, sin), _rotate(k, cos, sin), v.view(n_kv, head_dim)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v.view(n_kv, head_dim)
 
 
 def _block_out(x, attn, w_o, b_o, norm_weight, eps: float, w_gate_up, b_gate_up, w_down, b_down):

@@ -207,15 +207,21 @@ def test_prepared_model_follows_weight_changes():
         torch.testing.assert_close(model(x).float(), reference(x).float(), atol=2e-2, rtol=2e-2)
 
 
+def _plain_and_decode_linear(*args, **kwargs):
+    """An nn.Linear and a DecodeLinear with the same weights."""
+    plain = nn.Linear(*args, **kwargs)
+    fast = nn.Linear(*args, **kwargs)
+    fast.load_state_dict(plain.state_dict())
+    fast.__class__ = DecodeLinear
+    return plain, fast
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_decode_linear_without_compiler_or_onednn_uses_the_split_product(monkeypatch, rows):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     monkeypatch.setattr(DecodeLinear, "compile_matvec", False)
     torch.manual_seed(0)
-    plain = nn.Linear(32, 48)
-    fast = nn.Linear(32, 48)
-    fast.load_state_dict(plain.state_dict())
-    fast.__class__ = DecodeLinear
+    plain, fast = _plain_and_decode_linear(32, 48)
     x = torch.randn(1, rows, 32)
     torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
     assert fast._packed() is None and "_matvec_cache" not in fast.__dict__
@@ -223,10 +229,7 @@ def test_decode_linear_without_compiler_or_onednn_uses_the_split_product(monkeyp
 
 def test_decode_linear_streams_one_row_through_a_compiled_kernel():
     torch.manual_seed(0)
-    plain = nn.Linear(40, 24)
-    fast = nn.Linear(40, 24)
-    fast.load_state_dict(plain.state_dict())
-    fast.__class__ = DecodeLinear
+    plain, fast = _plain_and_decode_linear(40, 24)
     x = torch.randn(1, 1, 40)
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
@@ -244,10 +247,7 @@ def test_a_failing_compiler_falls_back_with_a_warning(monkeypatch):
     monkeypatch.setattr(profile, "matvec_kernel", broken)
     monkeypatch.setattr(DecodeLinear, "compile_matvec", True)
     torch.manual_seed(0)
-    plain = nn.Linear(16, 8, bias=False)
-    fast = nn.Linear(16, 8, bias=False)
-    fast.load_state_dict(plain.state_dict())
-    fast.__class__ = DecodeLinear
+    plain, fast = _plain_and_decode_linear(16, 8, bias=False)
     x = torch.randn(1, 16)
     with pytest.warns(RuntimeWarning, match="compiled matrix-vector kernels are off .*no C\\+\\+ compiler"):
         y = fast(x)
