@@ -13,11 +13,15 @@ prefill + decode steps through any such cache; both give the same tokens.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
+import torch.nn.functional as F
 
 from llmcore.device import pick_device, resolve_dtype
-from llmcore.model import ModelConfig
-from llmcore.profile import kv_bytes_per_token, parameter_count
+from llmcore.layers import apply_rope, rope_cos_sin, rope_frequencies
+from llmcore.model import ModelConfig, Transformer
+from llmcore.profile import _compiled, _matvec, _rms_norm, kv_bytes_per_token, parameter_count
 
 @torch.inference_mode()
 def greedy_generate_uncached(model, prompt_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
@@ -103,13 +107,17 @@ class KVCache:
             raise ValueError(f"this KVCache holds {self.batch_size} sequences but the model was called "
                              f"with a batch of {batch}; create one cache per batch shape")
         low, high = int(positions.min()), int(positions.max())
-        if low < 0 or high >= self.max_len:
-            raise ValueError(f"position {high if high >= self.max_len else low} does not fit in a KVCache "
-                             f"with max_len={self.max_len}; allocate max_len >= prompt + new tokens")
+        self.check_positions(low, high)
         same = positions.shape[0] == 1 or bool((positions == positions[:1]).all())
         self._shared = positions[0] if same else None
         self._end = high + 1
         self._positions = positions
+
+    def check_positions(self, low: int, high: int) -> None:
+        """Raise ValueError unless positions low .. high all have a slot in this cache."""
+        if low < 0 or high >= self.max_len:
+            raise ValueError(f"position {high if high >= self.max_len else low} does not fit in a KVCache "
+                             f"with max_len={self.max_len}; allocate max_len >= prompt + new tokens")
 
     def reset(self) -> None:
         """Forget what was written (the slots are simply overwritten by the next sequence)."""
@@ -156,5 +164,99 @@ def greedy_generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, kv_cac
     return out
 
 
+# %% chapters/06_kv_cache.ipynb § One compiled graph per decode step
+def _decode_graph(model, token: torch.Tensor, position: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
+    """One decode step of one sequence, written for the compiler: every layer and its attention in
+    one function. token and position are 0-d tensors; keys and values are read-only views of the
+    cache, (n_layers, n_kv_heads, n_slots, head_dim), over the earlier slots this step attends to.
+    Returns the logits (vocab_size,) and the new token's keys and values, (n_layers, n_kv_heads,
+    head_dim) each, for the caller to write into the cache."""
+    cfg = model.cfg
+    n_q, n_kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    x = F.embedding(token.view(1), model.embed.weight)[0]
+    inv_freq = rope_frequencies(hd, cfg.rope_theta, cfg.rope_scaling, device=x.device)
+    cos, sin = rope_cos_sin(position, inv_freq, dtype=x.dtype)  # (head_dim,), shared by all heads
+    new_keys, new_values = [], []
+    for i, block in enumerate(model.blocks):
+        attn, mlp = block.attn, block.mlp
+        h = _rms_norm(x, block.attn_norm.weight, block.attn_norm.eps)
+        q = _matvec(attn.q_proj.weight, h, attn.q_proj.bias).view(n_q, hd)
+        k = _matvec(attn.k_proj.weight, h, attn.k_proj.bias).view(n_kv, hd)
+        v = _matvec(attn.v_proj.weight, h, attn.v_proj.bias).view(n_kv, hd)
+        if attn.q_norm is not None:
+            q, k = _rms_norm(q, attn.q_norm.weight, attn.q_norm.eps), _rms_norm(k, attn.k_norm.weight, attn.k_norm.eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        new_keys.append(k)
+        new_values.append(v)
+        # Query head j uses key/value head j // group (chapter 4's repeat_kv), without copying them.
+        # Products and sums, not matmul calls, so that the compiler fuses attention with the rest.
+        q = q.view(n_kv, n_q // n_kv, 1, hd).float()
+        earlier = (q * keys[i].float()[:, None]).sum(-1)                 # (n_kv, group, n_slots)
+        itself = (q * k.float()[:, None, None]).sum(-1)                   # (n_kv, group, 1)
+        weights = (torch.cat([earlier, itself], dim=-1) * hd ** -0.5).softmax(dim=-1)
+        out = ((weights[..., :-1, None] * values[i].float()[:, None]).sum(-2)
+               + weights[..., -1:] * v.float()[:, None])                  # (n_kv, group, head_dim)
+        x = x + _matvec(attn.o_proj.weight, out.to(x.dtype).reshape(n_q * hd), attn.o_proj.bias)
+        h = _rms_norm(x, block.mlp_norm.weight, block.mlp_norm.eps)
+        gate = _matvec(mlp.gate_proj.weight, h, mlp.gate_proj.bias)
+        up = _matvec(mlp.up_proj.weight, h, mlp.up_proj.bias)
+        x = x + _matvec(mlp.down_proj.weight, F.silu(gate) * up, mlp.down_proj.bias)
+    logits = _matvec(model.lm_head.weight, _rms_norm(x, model.norm.weight, model.norm.eps), model.lm_head.bias)
+    return logits, torch.stack(new_keys), torch.stack(new_values)
+
+
+class CompiledDecodeTransformer(Transformer):
+    """A Transformer whose decode steps of one sequence through a KVCache run as one compiled graph
+    (CPU). Everything else (prefill, batches, masks, other caches, other devices, autograd) runs
+    the ordinary forward pass."""
+    compile_steps = True  # switched off, with a warning, if compiling fails (e.g. no C++ compiler)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, kv_cache=None,
+                attention_mask: torch.Tensor | None = None, return_hidden_states: bool = False):
+        if (CompiledDecodeTransformer.compile_steps and type(kv_cache) is KVCache and input_ids.shape == (1, 1)
+                and positions is not None and positions.numel() == 1 and attention_mask is None
+                and not return_hidden_states and not torch.is_grad_enabled() and input_ids.device.type == "cpu"
+                and kv_cache.batch_size == 1 and kv_cache.k.device == input_ids.device
+                and kv_cache.k.dtype == self.embed.weight.dtype and 0 <= int(input_ids) < self.cfg.vocab_size):
+            logits = self._compiled_step(int(input_ids), int(positions), kv_cache)
+            if logits is not None:
+                return logits.view(1, 1, -1)
+        return super().forward(input_ids, positions, kv_cache, attention_mask, return_hidden_states)
+
+    def _compiled_step(self, token: int, pos: int, kv_cache: KVCache) -> torch.Tensor | None:
+        kv_cache.check_positions(pos, pos)
+        # The earlier slots this step attends to: all of them, or the last `sliding_window` - 1.
+        start = 0 if self.cfg.sliding_window is None else max(0, pos + 1 - self.cfg.sliding_window)
+        if pos - start < 2:  # a compiled graph assumes at least 2 (0 and 1 would each compile their own)
+            return None
+        keys, values = kv_cache.k[:, 0, :, start:pos], kv_cache.v[:, 0, :, start:pos]
+        torch._dynamo.mark_dynamic(keys, 2)  # the number of slots grows by one per step: compile it as a
+        torch._dynamo.mark_dynamic(values, 2)  # symbol, so that one graph serves every length
+        try:
+            step = _compiled(_decode_graph, repr(self.cfg), self.embed.weight.dtype)
+            # Fresh 0-d tensors: the same kind of tensor at every call, so the graph is never recompiled.
+            logits, new_keys, new_values = step(self, torch.tensor(token), torch.tensor(pos), keys, values)
+        except Exception as err:  # torch.compile's errors have many types
+            CompiledDecodeTransformer.compile_steps = False
+            warnings.warn(f"compiled decode steps are off ({type(err).__name__}: {err}); "
+                          "decode steps run the ordinary forward pass", RuntimeWarning, stacklevel=3)
+            return None
+        kv_cache.k[:, 0, :, pos], kv_cache.v[:, 0, :, pos] = new_keys, new_values
+        return logits
+
+
+def compile_decode_steps(model: Transformer) -> Transformer:
+    """Make `model`'s one-sequence decode steps through a KVCache run as one compiled graph, in
+    place, and return it. Same parameters and state_dict; the first step compiles (seconds)."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"compile_decode_steps needs an llmcore Transformer, got {type(model).__name__}")
+    if type(model) is Transformer:
+        model.__class__ = CompiledDecodeTransformer
+    elif not isinstance(model, CompiledDecodeTransformer):
+        raise TypeError(f"{type(model).__name__} overrides Transformer.forward; compile_decode_steps "
+                        "would bypass it")
+    return model
+
+
 __all__ = ['greedy_generate_uncached', 'kv_cache_bytes', 'max_concurrent_sequences', 'KVCache', 'prefill',
-           'decode_step', 'greedy_generate']
+           'decode_step', 'greedy_generate', 'CompiledDecodeTransformer', 'compile_decode_steps']
