@@ -189,7 +189,7 @@ def test_compiled_decode_steps_leave_other_calls_and_bad_input_to_the_ordinary_p
 def test_a_failing_compiler_turns_compiled_decode_steps_off_with_a_warning(monkeypatch):
     from llmcore import kvcache
 
-    def broken(*key):
+    def broken(*key, options=None):
         def step(*args):
             raise RuntimeError("no C++ compiler")
         return step
