@@ -240,7 +240,8 @@ class CompiledDecodeTransformer(Transformer):
         try:
             # realize_reads_threshold=1: store each normalized vector once, instead of letting the
             # compiler recompute it inside the loop over every row of the weight that reads it.
-            step = _compiled(_decode_graph, *key, options={"realize_reads_threshold": 1})
+            # size_asserts=False: the guards already check every input's shape and strides.
+            step = _compiled(_decode_graph, *key, options={"realize_reads_threshold": 1, "size_asserts": False})
             # Fresh 0-d tensors: the same kind of tensor at every call, so the graph is never recompiled.
             logits, new_keys, new_values = step(self, torch.tensor(token), torch.tensor(pos), keys, values)
         except Exception as err:  # torch.compile's errors have many types
