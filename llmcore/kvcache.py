@@ -205,9 +205,6 @@ def _decode_graph(model, token: torch.Tensor, position: torch.Tensor, keys: torc
     return logits, torch.stack(new_keys), torch.stack(new_values)
 
 
-_COMPILED_STEPS: set[tuple] = set()  # the (config, dtype) pairs whose step graph has been compiled
-
-
 class CompiledDecodeTransformer(Transformer):
     """A Transformer whose decode steps of one sequence through a KVCache run as one compiled graph
     (CPU). Everything else (prefill, batches, masks, other caches, other devices, autograd) runs
@@ -234,14 +231,17 @@ class CompiledDecodeTransformer(Transformer):
             return None
         keys, values = kv_cache.k[:, 0, :, start:pos], kv_cache.v[:, 0, :, start:pos]
         key = (repr(self.cfg), self.embed.weight.dtype)
-        if key not in _COMPILED_STEPS:  # the number of slots grows by one per step: compile it as a
-            torch._dynamo.mark_dynamic(keys, 2)  # symbol, so that one graph serves every length (marking
-            torch._dynamo.mark_dynamic(values, 2)  # is slow, and only needed until that graph exists)
+        stepped = kv_cache.__dict__.setdefault("_compiled_steps", set())  # configs that stepped this cache
+        if key not in stepped:  # the number of slots grows by one per step: compile it as a symbol, so
+            torch._dynamo.mark_dynamic(keys, 2)  # that one graph serves every length (marking is slow:
+            torch._dynamo.mark_dynamic(values, 2)  # once per cache is enough to reach every compile)
         try:
             # realize_reads_threshold=1: store each normalized vector once, instead of letting the
             # compiler recompute it inside the loop over every row of the weight that reads it.
             # size_asserts=False: the guards already check every input's shape and strides.
-            step = _compiled(_decode_graph, *key, options={"realize_reads_threshold": 1, "size_asserts": False})
+            # dynamic=None: if a new kind of cache forces a recompile, sizes that changed stay symbols.
+            step = _compiled(_decode_graph, *key, dynamic=None,
+                             options={"realize_reads_threshold": 1, "size_asserts": False})
             # Fresh 0-d tensors: the same kind of tensor at every call, so the graph is never recompiled.
             logits, new_keys, new_values = step(self, torch.tensor(token), torch.tensor(pos), keys, values)
         except Exception as err:  # torch.compile's errors have many types
@@ -249,7 +249,7 @@ class CompiledDecodeTransformer(Transformer):
             warnings.warn(f"compiled decode steps are off ({type(err).__name__}: {err}); "
                           "decode steps run the ordinary forward pass", RuntimeWarning, stacklevel=3)
             return None
-        _COMPILED_STEPS.add(key)
+        stepped.add(key)
         kv_cache.k[:, 0, :, pos], kv_cache.v[:, 0, :, pos] = new_keys, new_values
         return logits
 

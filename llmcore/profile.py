@@ -293,8 +293,8 @@ def _matvec(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) ->
 _MATVEC_KERNELS: dict[tuple, Callable] = {}
 
 
-def _compiled(fn: Callable, *key, options: dict | None = None) -> Callable:
-    """torch.compile(fn), made once per key and then reused; `options` are compiler settings.
+def _compiled(fn: Callable, *key, dynamic: bool | None = False, options: dict | None = None) -> Callable:
+    """torch.compile(fn), made once per key and then reused; `dynamic` and `options` go to torch.compile.
 
     torch.compile keeps its compiled versions per code object, at most 8 of them; a code object of
     its own for each key keeps a model with many shapes under that limit.
@@ -302,7 +302,7 @@ def _compiled(fn: Callable, *key, options: dict | None = None) -> Callable:
     full_key = (fn.__name__, *key)
     if full_key not in _MATVEC_KERNELS:
         code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
-        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=False,
+        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=dynamic,
                                                   options=options)
     return _MATVEC_KERNELS[full_key]
 

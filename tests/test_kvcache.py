@@ -189,7 +189,7 @@ def test_compiled_decode_steps_leave_other_calls_and_bad_input_to_the_ordinary_p
 def test_a_failing_compiler_turns_compiled_decode_steps_off_with_a_warning(monkeypatch):
     from llmcore import kvcache
 
-    def broken(*key, options=None):
+    def broken(*key, dynamic=False, options=None):
         def step(*args):
             raise RuntimeError("no C++ compiler")
         return step
@@ -203,3 +203,19 @@ def test_a_failing_compiler_turns_compiled_decode_steps_off_with_a_warning(monke
         got = decode_step(model, token, caches[1], 9)
     assert not CompiledDecodeTransformer.compile_steps
     torch.testing.assert_close(got, decode_step(reference, token, caches[0], 9), atol=1e-6, rtol=0)
+
+
+def test_compiled_decode_steps_compile_once_per_kind_of_cache():
+    from torch._dynamo.utils import counters
+    reference, model = _model(n_layers=2), compile_decode_steps(_model(n_layers=2))
+    prompt = _prompt(batch=1)
+    before = counters["stats"]["unique_graphs"]
+    for max_len in (20, 27, 33, 41, 50, 58, 64, 71, 80, 96):  # more caches than torch.compile keeps graphs
+        if max_len % 2:
+            cache = KVCache(model.cfg, 1, max_len, device="cpu", dtype=torch.float32)
+        else:
+            with torch.inference_mode():  # a cache of inference tensors is another kind of input
+                cache = KVCache(model.cfg, 1, max_len, device="cpu", dtype=torch.float32)
+        got = greedy_generate(model, prompt, max_len - prompt.shape[1], cache)
+        assert torch.equal(got, greedy_generate_uncached(reference, prompt, max_len - prompt.shape[1]))
+    assert counters["stats"]["unique_graphs"] - before <= 2, "a new cache length must not compile a new graph"
