@@ -1,0 +1,43 @@
+"""Answers for the chapter 10 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+import torch
+
+
+def _tokens(alpha, k):
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def _accept(choices, guesses, stop=True):
+    accepted = 0
+    for choice, guess in zip(choices, guesses):
+        if choice != guess:
+            if stop:
+                break
+            continue
+        accepted += 1
+    return accepted, choices[accepted]
+
+
+def _residual(p, q, normalise=True, clamp=True):
+    r = (p - q).clamp(min=0) if clamp else (p - q).abs()
+    if r.sum() == 0:
+        return p
+    return r / r.sum() if normalise else r
+
+
+#: checker name -> (a correct answer, wrong answers it must reject)
+ANSWERS = {
+    "ch10.check_expected_tokens_per_pass": (
+        _tokens,
+        [lambda a, k: _tokens(a, k) - 1,             # forgot the target's own token
+         lambda a, k: 1 + a * k,                      # treats the guesses as independent of each other
+         lambda a, k: (1 - a ** k) / (1 - a) if a != 1 else float(k)]),  # one term short
+    "ch10.check_greedy_accept": (
+        _accept,
+        [lambda c, g: _accept(c, g, stop=False),      # counts matches after the first miss
+         lambda c, g: (_accept(c, g)[0], g[min(_accept(c, g)[0], len(g) - 1)])]),  # next token from the draft
+    "ch10.check_residual": (
+        _residual,
+        [lambda p, q: _residual(p, q, normalise=False),
+         lambda p, q: _residual(p, q, clamp=False),
+         lambda p, q: (p - q).clamp(min=0) / max(float((p - q).clamp(min=0).sum()), 1e-12)]),  # p == q gives 0s
+}
