@@ -1,11 +1,11 @@
-"""Tests for llmcore.serving: the continuous-batching engine over the paged KV cache."""
+"""Tests for llmcore.engine: the continuous-batching engine over the paged KV cache."""
 import pytest
 import torch
 
 from llmcore.kvcache import KVCache, greedy_generate
 from llmcore.model import ModelConfig, Transformer
 from llmcore.sampling import SamplingParams
-from llmcore.serving import Engine, Request
+from llmcore.engine import Engine, Request
 
 
 def _model():
