@@ -113,6 +113,19 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def cancel(self, request_id: Hashable) -> bool:
+        """Drop a queued or running request (e.g. its client went away, or a stop string matched):
+        its blocks go back to the pool. Returns whether there was such a request."""
+        for entry in list(self.waiting):
+            if entry[0].request_id == request_id:
+                self.waiting.remove(entry)
+                return True
+        if request_id in self.running:
+            del self.running[request_id], self._blocks_held[request_id]
+            self.cache.free_sequence(request_id)
+            return True
+        return False
+
     def step(self) -> list[Completion]:
         """Admit what fits, decode one token for every running request, return those that finished."""
         done: list[Completion] = []
