@@ -1,0 +1,82 @@
+"""Tests for llmcore.constrained: the JSON automaton, the vocabulary mask and constrained sampling."""
+import json
+import random
+
+import pytest
+import torch
+
+from llmcore.constrained import (OBJECT_START, VALUE_START, JsonConstraint, generate_json, is_complete,
+                                 json_state, json_step)
+from llmcore.model import ModelConfig, Transformer
+from llmcore.pretrained import load_tokenizer
+from llmcore.sampling import SamplingParams
+
+VALID = ['{"a": 1, "b": [true, false, null], "c": {"d": "\\u00e9\\n\\"x\\""}, "f": -0.5e+10}', "[]", "{}", "0",
+         "-12.5E3", '"x"', '[1,2,[3,[4]], {"k":[]}]', '  { "a" : "b" }  ', "true", '{"x": "\u65e5\u672c"}', "1e5"]
+INVALID = ['{"a" 1}', "[1,]", "{,}", "01", '"\x01"', '{"a":1}}', "tru e", "[1 2]", '{"a":}', ".5", "+1",
+           "{1:2}", '"\\x"', "[,1]", '{"a":1,}', "nul", "[1]]", '{"a":1 "b":2}', "--1", "1.e5"]
+
+
+@pytest.mark.parametrize("text", VALID)
+def test_valid_documents_and_all_their_prefixes_are_accepted(text):
+    data = text.encode()
+    assert is_complete(json_state(data))
+    assert all(json_state(data[:i]) is not None for i in range(len(data)))
+
+
+@pytest.mark.parametrize("text", INVALID)
+def test_invalid_documents_are_never_complete(text):
+    assert not is_complete(json_state(text))
+
+
+def test_the_automaton_agrees_with_json_loads_on_random_strings():
+    rng = random.Random(1)
+    alphabet = b'{}[]:,"\\ 0123456789.-+eEtrufalsn\n'
+    for _ in range(30_000):
+        text = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 9)))
+        try:
+            json.loads(text)
+            parses = True
+        except ValueError:
+            parses = False
+        assert is_complete(json_state(text, VALUE_START)) == parses, text
+
+
+def test_object_start_accepts_only_an_object():
+    assert json_state("[1]", OBJECT_START) is None and json_state("1", OBJECT_START) is None
+    assert is_complete(json_state(' {"a": [1]} \n', OBJECT_START))
+    assert json_step(("END",), ord("x")) is None
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("tiny")
+
+
+def test_the_mask_allows_exactly_the_tokens_that_continue_valid_json(tokenizer):
+    constraint = JsonConstraint(tokenizer)
+    special = set(tokenizer.special_tokens.values())
+    for state in (OBJECT_START, json_state('{"key": ', OBJECT_START), json_state('{"a": [1, "tex', OBJECT_START)):
+        mask = constraint.allowed(state)
+        for token in range(tokenizer.vocab_size):
+            ok = token not in special and json_state(tokenizer.decode_bytes([token]), state) is not None
+            assert bool(mask[token]) == ok, (state, tokenizer.decode_bytes([token]))
+    with pytest.raises(ValueError, match="do not continue valid JSON"):
+        constraint.advance(OBJECT_START, b"x")
+
+
+def test_sampled_outputs_always_parse_when_finished(tokenizer):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                    hidden_dim=48, max_position_embeddings=256)).eval()
+    constraint = JsonConstraint(tokenizer)
+    finished = 0
+    for seed in range(12):
+        text, finish = generate_json(model, tokenizer, [1, 2, 3], SamplingParams(temperature=1.0, max_tokens=40,
+                                                                                  seed=seed), constraint)
+        if finish == "stop":
+            assert isinstance(json.loads(text), dict)
+            finished += 1
+        else:
+            assert finish == "length" and json_state(text.encode(), OBJECT_START) is not None
+    assert finished > 0
