@@ -128,11 +128,12 @@ class JsonConstraint:
         self.vocab_size, self.start = tokenizer.vocab_size, start
         self.trie: dict = {}
         special = set(tokenizer.special_tokens.values())
+        self.token_bytes = [tokenizer.decode_bytes([token]) for token in range(tokenizer.vocab_size)]
         for token in range(tokenizer.vocab_size):
             if token in special:
                 continue
             node = self.trie
-            for b in tokenizer.decode_bytes([token]):
+            for b in self.token_bytes[token]:
                 node = node.setdefault(b, {})
             node.setdefault(None, []).append(token)  # key None: the tokens that end here
         self._allowed: dict[tuple, torch.Tensor] = {}
@@ -155,10 +156,20 @@ class JsonConstraint:
         return self._allowed[state]
 
     def advance(self, state: tuple, token_bytes: bytes) -> tuple:
+        """The state after a token's bytes; ValueError if they do not continue valid JSON."""
         after = json_state(token_bytes, state)
         if after is None:
             raise ValueError(f"token bytes {token_bytes!r} do not continue valid JSON from this state")
         return after
+
+    def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:
+        """`logits` (vocab,) with every token that cannot follow `state` set to -inf (ids beyond
+        the tokenizer's vocabulary included)."""
+        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
+        mask = self.allowed(state)
+        n = min(len(mask), len(allowed))
+        allowed[:n] = mask[:n]
+        return logits.float().masked_fill(~allowed.to(logits.device), -math.inf)
 
 
 @torch.inference_mode()
@@ -176,12 +187,7 @@ def generate_json(model, tokenizer: Tokenizer, prompt_ids: Sequence[int], params
     logits = prefill(model, torch.tensor([list(prompt_ids)], device=device), cache)[0]
     state, out, out_ids = constraint.start, bytearray(), []
     for i in range(params.max_tokens):
-        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)  # ids past the tokenizer's: never
-        mask = constraint.allowed(state)
-        n = min(len(mask), len(allowed))
-        allowed[:n] = mask[:n]
-        logits = logits.float().masked_fill(~allowed.to(logits.device), -math.inf)
-        token = sample(logits, params, generator, prompt_ids, out_ids)
+        token = sample(constraint.mask_logits(logits, state), params, generator, prompt_ids, out_ids)
         out_ids.append(token)
         piece = tokenizer.decode_bytes([token])
         state = constraint.advance(state, piece)

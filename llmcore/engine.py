@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from llmcore.constrained import JsonConstraint, is_complete
 from llmcore.paged import PagedKVCache
 from llmcore.sampling import Sampler, SamplingParams, make_generator
 
@@ -31,6 +32,7 @@ class Request:
     request_id: Hashable
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    json_constraint: JsonConstraint | None = None  # chapter 7: only valid JSON, done when it closes
 
 
 @dataclass
@@ -63,6 +65,7 @@ class _Running:
     generator: torch.Generator | None
     submitted: float
     first_token: float
+    json_state: tuple | None = None
 
 
 class Engine:
@@ -164,7 +167,7 @@ class Engine:
                 logits = self.model(ids, positions=positions, kv_cache=self.cache)[:, -1]
             seed = request.params.seed
             state = _Running(request, [], None if seed is None else make_generator(seed, self.device),
-                             submitted, 0.0)
+                             submitted, 0.0, None if request.json_constraint is None else request.json_constraint.start)
             self.running[seq] = state
             self._append(seq, logits, done, first=True)
 
@@ -182,6 +185,10 @@ class Engine:
     def _append(self, seqs, logits: torch.Tensor, done: list[Completion], first: bool = False) -> None:
         seqs = [seqs] if first else seqs
         states = [self.running[s] for s in seqs]
+        if any(st.json_state is not None for st in states):  # constrained rows: forbidden tokens to -inf
+            logits = torch.stack([row if st.json_state is None
+                                  else st.request.json_constraint.mask_logits(row, st.json_state)
+                                  for row, st in zip(logits.float(), states)])
         new = self.sampler(logits, [st.request.params for st in states], [st.generator for st in states],
                            [st.request.prompt_ids for st in states], [st.output_ids for st in states])
         now = self._now()
@@ -191,6 +198,10 @@ class Engine:
                 st.first_token = now
             params = st.request.params
             stopped = token in params.stop_token_ids and len(st.output_ids) >= params.min_tokens
+            if st.json_state is not None:
+                constraint = st.request.json_constraint
+                st.json_state = constraint.advance(st.json_state, constraint.token_bytes[token])
+                stopped = stopped or is_complete(st.json_state)
             if stopped or len(st.output_ids) >= params.max_tokens:
                 del self.running[seq]
                 del self._blocks_held[seq]

@@ -20,6 +20,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from llmcore.constrained import JsonConstraint
 from llmcore.engine import Completion, Engine, Request
 from llmcore.generate import StopChecker, default_eos_ids
 from llmcore.sampling import SamplingParams
@@ -35,6 +36,7 @@ class CompletionServer:
         self.engine = Engine(model, num_blocks, block_size, max_batch)
         self.tokenizer, self.model_name = tokenizer, model_name
         self.eos_ids = default_eos_ids(tokenizer)
+        self._json: JsonConstraint | None = None  # built on the first request that asks for JSON
         self._cv = threading.Condition()
         self._events: dict[str, queue.Queue] = {}
         self._seen: dict[str, int] = {}
@@ -75,13 +77,16 @@ class CompletionServer:
         with self._cv:
             return self.engine.has_work()
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> tuple[str, queue.Queue]:
+    def submit(self, prompt_ids: list[int], params: SamplingParams, json_only: bool = False) -> tuple[str, queue.Queue]:
         """Queue a request; its tokens arrive on the returned queue as ("token", id) and then
-        ("done", Completion). Raises ValueError for a request the engine refuses."""
+        ("done", Completion). json_only: constrain the output to a JSON object (chapter 7).
+        Raises ValueError for a request the engine refuses."""
         request_id = f"cmpl-{next(self._ids)}"
         events: queue.Queue = queue.Queue()
         with self._cv:
-            self.engine.add_request(Request(request_id, prompt_ids, params))
+            if json_only and self._json is None:
+                self._json = JsonConstraint(self.tokenizer)
+            self.engine.add_request(Request(request_id, prompt_ids, params, self._json if json_only else None))
             self._events[request_id], self._seen[request_id] = events, 0
             self._cv.notify_all()
         return request_id, events
@@ -117,9 +122,9 @@ class CompletionServer:
             del self._events[request_id], self._seen[request_id]
 
 
-def parse_completion_request(body: dict, eos_ids: list[int]) -> tuple[str | list[int], SamplingParams, bool]:
-    """(prompt, params, stream) from an OpenAI-style request body. Raises ValueError with a message
-    for the client when a field is missing, has the wrong type, or is out of range."""
+def parse_completion_request(body: dict, eos_ids: list[int]) -> tuple[str | list[int], SamplingParams, bool, bool]:
+    """(prompt, params, stream, json_only) from an OpenAI-style request body. Raises ValueError with
+    a message for the client when a field is missing, has the wrong type, or is out of range."""
     if not isinstance(body, dict) or "prompt" not in body:
         raise ValueError('the body must be a JSON object with a "prompt" (a string or a list of token ids)')
     prompt = body["prompt"]
@@ -130,16 +135,19 @@ def parse_completion_request(body: dict, eos_ids: list[int]) -> tuple[str | list
     if not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
         raise ValueError('"stop" must be a non-empty string or a list of them')
     known = {"max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": None}
-    unknown = set(body) - set(known) - {"prompt", "stop", "stream", "model"}
+    unknown = set(body) - set(known) - {"prompt", "stop", "stream", "model", "response_format"}
     if unknown:
         raise ValueError(f"unsupported field(s) {sorted(unknown)}; this server reads {sorted(known)}, "
-                         '"prompt", "stop", "stream" and "model"')
+                         '"prompt", "stop", "stream", "model" and "response_format"')
+    response_format = body.get("response_format") or {"type": "text"}
+    if response_format not in ({"type": "text"}, {"type": "json_object"}):
+        raise ValueError('"response_format" must be {"type": "text"} or {"type": "json_object"}')
     values = {name: body.get(name, default) for name, default in known.items()}
     params = SamplingParams(**values, stop=stop, stop_token_ids=list(eos_ids))  # validates, or ValueError
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ValueError('"stream" must be true or false')
-    return prompt, params, stream
+    return prompt, params, stream, response_format["type"] == "json_object"
 
 
 def _make_handler(server: CompletionServer):
@@ -169,11 +177,11 @@ def _make_handler(server: CompletionServer):
                 return self._error(404, f"no route {self.path}; use POST /v1/completions")
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
-                prompt, params, stream = parse_completion_request(body, server.eos_ids)
+                prompt, params, stream, json_only = parse_completion_request(body, server.eos_ids)
                 prompt_ids = server.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
                 if any(not 0 <= t < server.engine.model.cfg.vocab_size for t in prompt_ids):
                     raise ValueError(f"token ids must be in [0, {server.engine.model.cfg.vocab_size})")
-                request_id, events = server.submit(prompt_ids, params)
+                request_id, events = server.submit(prompt_ids, params, json_only)
             except ValueError as err:  # json.JSONDecodeError is a ValueError too
                 return self._error(400, str(err))
             created = int(time.time())

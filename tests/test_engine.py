@@ -100,3 +100,27 @@ def test_bad_requests_are_refused_with_a_reason():
         engine.add_request(Request("ok", [2], SamplingParams(temperature=0.0, max_tokens=3)))
     with pytest.raises(ValueError, match="max_batch >= 1"):
         Engine(model, num_blocks=4, max_batch=0)
+
+
+def test_json_constrained_requests_finish_as_valid_json_next_to_free_ones():
+    import json
+
+    from llmcore.constrained import JsonConstraint
+    from llmcore.pretrained import load_tokenizer
+    tokenizer = load_tokenizer("tiny")
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                    hidden_dim=48, max_position_embeddings=256)).eval()
+    constraint = JsonConstraint(tokenizer)
+    engine = Engine(model, num_blocks=64, block_size=16, max_batch=8)
+    for i in range(6):
+        engine.add_request(Request(f"json{i}", [1, 2, 3], SamplingParams(temperature=1.0, max_tokens=40, seed=i),
+                                   json_constraint=constraint))
+    engine.add_request(Request("free", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=12)))
+    done = {c.request_id: c for c in engine.run()}
+    assert done["free"].output_ids == _alone(model, Request("free", [1, 2, 3],
+                                                            SamplingParams(temperature=0.0, max_tokens=12)))
+    finished = [c for c in done.values() if c.request_id != "free" and c.finish_reason == "stop"]
+    assert finished
+    for c in finished:
+        assert isinstance(json.loads(tokenizer.decode(c.output_ids)), dict)

@@ -140,7 +140,20 @@ def test_cancel_frees_a_request_at_once(served):
     assert server.engine.cache.allocator.num_free == server.engine.cache.allocator.num_blocks
 
 
+def test_json_object_responses_always_parse(served):
+    server = served[0]
+    for seed in range(3):
+        _, _, text = _post(server.url, {"prompt": "config = json.loads('", "max_tokens": 80, "temperature": 0.9,
+                                        "seed": seed, "response_format": {"type": "json_object"}})
+        answer = json.loads(text)
+        if answer["choices"][0]["finish_reason"] == "stop":
+            assert isinstance(json.loads(answer["choices"][0]["text"]), dict)
+
+
 def test_parse_completion_request_defaults():
-    prompt, params, stream = parse_completion_request({"prompt": "hi"}, [4095])
-    assert prompt == "hi" and not stream
+    prompt, params, stream, json_only = parse_completion_request({"prompt": "hi"}, [4095])
+    assert prompt == "hi" and not stream and not json_only
+    assert parse_completion_request({"prompt": "hi", "response_format": {"type": "json_object"}}, [])[3]
+    with pytest.raises(ValueError, match="response_format"):
+        parse_completion_request({"prompt": "hi", "response_format": {"type": "xml"}}, [])
     assert params.max_tokens == 16 and params.temperature == 1.0 and params.stop_token_ids == [4095]
