@@ -290,7 +290,7 @@ def _matvec(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) ->
     return y if bias is None else y + bias
 
 
-_MATVEC_KERNELS: dict[tuple, Callable] = {}
+_COMPILED: dict[tuple, Callable] = {}
 
 
 def _compiled(fn: Callable, *key, dynamic: bool | None = False, options: dict | None = None) -> Callable:
@@ -300,11 +300,11 @@ def _compiled(fn: Callable, *key, dynamic: bool | None = False, options: dict | 
     its own for each key keeps a model with many shapes under that limit.
     """
     full_key = (fn.__name__, *key)
-    if full_key not in _MATVEC_KERNELS:
+    if full_key not in _COMPILED:
         code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
-        _MATVEC_KERNELS[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=dynamic,
+        _COMPILED[full_key] = torch.compile(types.FunctionType(code, fn.__globals__), dynamic=dynamic,
                                                   options=options)
-    return _MATVEC_KERNELS[full_key]
+    return _COMPILED[full_key]
 
 
 def matvec_kernel(shape: tuple[int, int], dtype: torch.dtype, has_bias: bool) -> Callable:

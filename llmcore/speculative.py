@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llmcore.kvcache import KVCache
-from llmcore.sampling import LogitBias, MinP, SamplingParams, Temperature, TopK, TopP
+from llmcore.sampling import Sampler, SamplingParams
 
 
 def accept_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
@@ -80,14 +80,10 @@ _HISTORY_DEPENDENT = ("repetition_penalty", "presence_penalty", "frequency_penal
 
 def distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The probabilities a request samples from, (n, vocab), after its logit bias, temperature,
-    top-k, top-p and min-p (chapter 7's processors, in the sampler's order)."""
+    top-k, top-p and min-p: the processors chapter 7's Sampler picks, in its order."""
     logits = logits.float()
-    if params.logit_bias:
-        bias = torch.zeros(logits.shape[-1], device=logits.device)
-        for token, value in params.logit_bias.items():
-            bias[token] = value
-        logits = LogitBias(bias)(logits)
-    for processor in (Temperature(params.temperature), TopK(params.top_k), TopP(params.top_p), MinP(params.min_p)):
+    penalties, warpers = Sampler().processors([params] * logits.shape[0], logits.shape[-1], logits.device)
+    for processor in penalties + warpers:
         logits = processor(logits)
     return logits.softmax(dim=-1)
 

@@ -287,7 +287,7 @@ def test_decode_steps_of_one_sequence_run_the_compiled_block():
         token = expected.argmax(-1)
     torch.testing.assert_close(caches[0].k, caches[1].k, atol=1e-5, rtol=1e-5)
     assert DecodeLinear.compile_matvec
-    assert any(key[0] == "_block_in" for key in profile._MATVEC_KERNELS)
+    assert any(key[0] == "_block_in" for key in profile._COMPILED)
 
 
 def test_the_compiled_block_also_serves_a_single_token_without_cache():
