@@ -11,7 +11,9 @@ KV-cache hook: `Attention.forward(..., kv_cache=cache, layer_idx=i)` calls
 `cache.update(layer_idx, positions, k, v) -> (k_all, v_all)` with k, v of shape
 (batch, n_kv_heads, seq, head_dim) after RoPE. The cache must return keys laid out by absolute
 position: slot j of k_all/v_all holds the token at position j (gpt-fast's static cache does this).
-The causal rule then compares a query's position with a key's slot index.
+The causal rule then compares a query's position with a key's slot index. Before the first
+layer of a forward pass the model calls `cache.begin_forward(positions)` once, so the cache
+knows a new pass has started and where its tokens go (see llmcore.model.Transformer).
 Without a cache, attention is plain causal self-attention over the given sequence.
 """
 

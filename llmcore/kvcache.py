@@ -81,7 +81,9 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.batch_size, self.max_len = batch_size, max_len
-        self._positions = None  # the positions tensor of the forward pass in progress
+        # Set by begin_forward for the pass in progress, read by every layer's update:
+        self._shared: torch.Tensor | None = None  # the positions every row writes, if shared
+        self._end = 0  # attention reads slots 0 .. _end - 1; 0 = no pass has begun
 
     @property
     def nbytes(self) -> int:
@@ -91,8 +93,9 @@ class KVCache:
     def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Write k, v (batch, n_kv_heads, seq, head_dim) at `positions` (batch, seq); return all keys and
         values up to the last position written, shape (batch, n_kv_heads, that + 1, head_dim)."""
-        if positions is not self._positions:  # a new forward pass: every layer gets the same tensor
-            self._start_pass(positions, k.shape[0])
+        if self._end == 0:
+            raise RuntimeError("KVCache.update() before begin_forward(positions): the model "
+                               "starts every forward pass with begin_forward")
         if self._shared is not None:  # every row writes the same positions: one indexed copy
             self.k[layer_idx].index_copy_(2, self._shared, k)
             self.v[layer_idx].index_copy_(2, self._shared, v)
@@ -102,7 +105,10 @@ class KVCache:
                 self.v[layer_idx, row].index_copy_(1, positions[row], v[row])
         return self.k[layer_idx, :, :, :self._end], self.v[layer_idx, :, :, :self._end]
 
-    def _start_pass(self, positions: torch.Tensor, batch: int) -> None:
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        """A forward pass starts that writes at `positions` (batch, seq) in every layer: check
+        that they fit and remember, once for all layers, where they go and what to read."""
+        batch = positions.shape[0]
         if batch != self.batch_size:
             raise ValueError(f"this KVCache holds {self.batch_size} sequences but the model was called "
                              f"with a batch of {batch}; create one cache per batch shape")
@@ -111,7 +117,6 @@ class KVCache:
         same = positions.shape[0] == 1 or bool((positions == positions[:1]).all())
         self._shared = positions[0] if same else None
         self._end = high + 1
-        self._positions = positions
 
     def check_positions(self, low: int, high: int) -> None:
         """Raise ValueError unless positions low .. high all have a slot in this cache."""
@@ -121,7 +126,7 @@ class KVCache:
 
     def reset(self) -> None:
         """Forget what was written (the slots are simply overwritten by the next sequence)."""
-        self._positions = None
+        self._shared, self._end = None, 0
 
 
 # %% chapters/06_kv_cache.ipynb § Prefill and decode through the cache

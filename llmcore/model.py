@@ -111,6 +111,16 @@ class Transformer(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed.weight  # one matrix both reads and writes tokens
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live; callers put their input tensors and caches here."""
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype; caches store keys and values in it."""
+        return self.embed.weight.dtype
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, kv_cache=None,
                 attention_mask: torch.Tensor | None = None, return_hidden_states: bool = False):
         """input_ids: (batch, seq) -> logits (batch, seq, vocab).
@@ -129,6 +139,8 @@ class Transformer(nn.Module):
             raise ValueError(f"positions has shape {tuple(positions.shape)}; "
                              f"expected {(b, s)} like input_ids, or {(s,)} shared by all rows")
         positions = positions.expand(b, s)  # one row of positions may serve the whole batch
+        if kv_cache is not None:  # every layer of this pass writes at these positions
+            kv_cache.begin_forward(positions)
 
         x = embedding_lookup(input_ids, self.embed.weight)
         # RoPE tables are computed once per call and shared by every layer (they depend only on positions).

@@ -50,7 +50,7 @@ class BlockAllocator:
     def allocate(self) -> int:
         """A block with reference count 1, or PoolExhaustedError."""
         if not self.free_blocks:
-            raise PoolExhaustedError(self._exhausted_message(1))
+            raise PoolExhaustedError(self.exhausted_message(1))
         block = self.free_blocks.popleft()
         self.ref_count[block] = 1
         return block
@@ -72,7 +72,8 @@ class BlockAllocator:
     def _release(self, block: int) -> None:
         self.free_blocks.append(block)
 
-    def _exhausted_message(self, needed: int) -> str:
+    def exhausted_message(self, needed: int) -> str:
+        """What to tell a caller who needs `needed` more blocks than the pool has free."""
         return (f"KV cache pool exhausted: {needed} more block(s) of {self.block_size} tokens needed, "
                 f"{self.num_free} of {self.num_blocks} free. Free finished sequences (free_sequence), "
                 "run fewer sequences at once, or create the cache with more blocks.")
@@ -99,7 +100,9 @@ class PagedKVCache:
         self.tables: dict[Hashable, list[int]] = {}  # sequence id -> physical block of each logical block
         self.lengths: dict[Hashable, int] = {}       # sequence id -> tokens whose keys/values are stored
         self.batch: list[Hashable] = []              # sequence of each batch row in the next forward pass
-        self._positions = None
+        # Set by begin_forward for the pass in progress (None: no pass has begun since set_batch):
+        self._write_slots: torch.Tensor | None = None  # pool slot of each new token
+        self._read_slots: torch.Tensor | None = None   # (batch, longest) pool slots to read back
 
     @property
     def nbytes(self) -> int:
@@ -120,7 +123,7 @@ class PagedKVCache:
         if unknown:
             raise KeyError(f"unknown sequence(s) {unknown}; add_sequence() them first")
         self.batch = list(seq_ids)
-        self._positions = None
+        self._write_slots = self._read_slots = None
 
     def free_sequence(self, seq_id: Hashable) -> None:
         """Return a finished sequence's blocks to the pool."""
@@ -128,13 +131,14 @@ class PagedKVCache:
             self.allocator.decref(block)
         del self.lengths[seq_id]
         self.batch = [s for s in self.batch if s != seq_id]
-        self._positions = None
+        self._write_slots = self._read_slots = None
 
     def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Write k, v (batch, n_kv_heads, seq, head_dim) into the slots of `positions` (batch, seq),
         then gather every row's keys and values for positions 0 .. (its last) in order."""
-        if positions is not self._positions:  # first layer of a new forward pass
-            self._start_pass(positions)
+        if self._write_slots is None:
+            raise RuntimeError("PagedKVCache.update() before begin_forward(positions): call "
+                               "set_batch(seq_ids), then run the model (it calls begin_forward)")
         b, h, s, d = k.shape
         layer = self.pool[layer_idx]  # (2, n_kv_heads, slots, head_dim)
         layer[0].index_copy_(1, self._write_slots, k.transpose(0, 1).reshape(h, b * s, d))
@@ -153,11 +157,11 @@ class PagedKVCache:
         bs = self.block_size
         needed = {seq: max(0, -(-n // bs) - len(self.tables[seq])) for seq, n in lengths.items()}
         if sum(needed.values()) > self.allocator.num_free:
-            raise PoolExhaustedError(self.allocator._exhausted_message(sum(needed.values())))
+            raise PoolExhaustedError(self.allocator.exhausted_message(sum(needed.values())))
         for seq, n_new in needed.items():
             self.tables[seq].extend(self.allocator.allocate() for _ in range(n_new))
 
-    def _start_pass(self, positions: torch.Tensor) -> None:
+    def begin_forward(self, positions: torch.Tensor) -> None:
         """Reserve blocks for the new positions, then map positions to slots once for all layers."""
         if positions.shape[0] != len(self.batch):
             raise ValueError(f"the forward pass has {positions.shape[0]} rows but set_batch() named "
@@ -174,7 +178,6 @@ class PagedKVCache:
         self._write_slots = (table.gather(1, positions // bs) * bs + positions % bs).flatten()
         span = torch.arange(max(ends), device=positions.device)
         self._read_slots = table[:, span // bs] * bs + span % bs  # (batch, max end)
-        self._positions = positions
 
 
 # %% chapters/06_kv_cache.ipynb § Prefix caching: computing a shared prompt once

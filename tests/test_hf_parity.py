@@ -103,6 +103,28 @@ def test_llama3_long_sequence_past_2048(checkpoints):
         assert _max_diff(ours(ids), hf(ids).logits) < TOL
 
 
+def test_llama3_scaling_without_original_context_defaults_to_max_positions(checkpoints, tmp_path):
+    """A Llama-3 rope_scaling may omit original_max_position_embeddings; transformers then uses
+    max_position_embeddings, and so must we (a different value changes every scaled frequency)."""
+    hf, directory = checkpoints["llama3"]
+    shutil.copytree(directory, tmp_path, dirs_exist_ok=True)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    for layout in ("rope_parameters", "rope_scaling"):  # transformers 5.x and 4.x
+        if cfg.get(layout):
+            cfg[layout].pop("original_max_position_embeddings", None)
+    cfg["max_position_embeddings"] = 4096
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ours = load_pretrained(tmp_path, device="cpu", dtype=torch.float32)
+    assert ours.cfg.rope_scaling["original_max_position_embeddings"] == 4096
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids, far = _ids(1, 11), torch.arange(3000, 3011)[None]
+    with torch.no_grad():
+        ours_logits = ours(ids, positions=far)
+        assert _max_diff(ours_logits, reference(ids, position_ids=far).logits) < TOL
+        # ... and the default matters: the checkpoint's own 8192 gives different logits.
+        assert _max_diff(ours_logits, hf(ids, position_ids=far).logits) > 10 * TOL
+
+
 def test_wrong_rope_scaling_is_detected(checkpoints, tmp_path):
     """Negative control: the same weights with plain RoPE must *not* pass the parity check."""
     hf, directory = checkpoints["llama3"]

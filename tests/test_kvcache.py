@@ -42,7 +42,9 @@ def test_update_writes_by_position_and_returns_slots_so_far():
     cfg = ModelConfig(**TINY)
     cache = KVCache(cfg, batch_size=1, max_len=10, device="cpu", dtype=torch.float32)
     k = torch.arange(3.0).view(1, 1, 3, 1).expand(1, 2, 3, 16)
-    keys, values = cache.update(0, torch.tensor([[4, 2, 3]]), k, -k)  # out of order on purpose
+    positions = torch.tensor([[4, 2, 3]])  # out of order on purpose
+    cache.begin_forward(positions)
+    keys, values = cache.update(0, positions, k, -k)
     assert keys.shape == (1, 2, 5, 16)  # slots 0..4: up to the last position written
     assert keys[0, 0, :, 0].tolist() == [0.0, 0.0, 1.0, 2.0, 0.0]
     assert torch.equal(values, -keys)
@@ -53,6 +55,7 @@ def test_update_with_different_positions_per_row():
     cfg = ModelConfig(**TINY)
     cache = KVCache(cfg, batch_size=2, max_len=8, device="cpu", dtype=torch.float32)
     k = torch.ones(2, 2, 1, 16)
+    cache.begin_forward(torch.tensor([[3], [5]]))
     keys, _ = cache.update(2, torch.tensor([[3], [5]]), k, k)
     assert keys.shape == (2, 2, 6, 16)
     assert keys[0, 0, :, 0].tolist() == [0, 0, 0, 1, 0, 0] and keys[1, 0, :, 0].tolist() == [0, 0, 0, 0, 0, 1]
@@ -62,10 +65,12 @@ def test_cache_errors_are_clear():
     cfg = ModelConfig(**TINY)
     cache = KVCache(cfg, batch_size=1, max_len=4, device="cpu", dtype=torch.float32)
     k = torch.zeros(1, 2, 1, 16)
+    with pytest.raises(RuntimeError, match=r"update\(\) before begin_forward"):
+        cache.update(0, torch.tensor([[0]]), k, k)
     with pytest.raises(ValueError, match="position 4 does not fit in a KVCache with max_len=4"):
-        cache.update(0, torch.tensor([[4]]), k, k)
+        cache.begin_forward(torch.tensor([[4]]))
     with pytest.raises(ValueError, match="holds 1 sequences but the model was called with a batch of 2"):
-        cache.update(0, torch.tensor([[0]]), torch.zeros(2, 2, 1, 16), torch.zeros(2, 2, 1, 16))
+        cache.begin_forward(torch.tensor([[0], [0]]))
     with pytest.raises(ValueError, match="batch_size and max_len must be >= 1"):
         KVCache(cfg, 0, 4)
 

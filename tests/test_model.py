@@ -101,6 +101,10 @@ class SlotCache:
 
     def __init__(self, n_layers):
         self.k, self.v = [None] * n_layers, [None] * n_layers
+        self.passes = []  # the positions of every forward pass, as begin_forward saw them
+
+    def begin_forward(self, positions):
+        self.passes.append(positions.tolist())
 
     def update(self, layer_idx, positions, k, v):
         old_k, old_v = self.k[layer_idx], self.v[layer_idx]
@@ -119,6 +123,9 @@ def test_incremental_decoding_through_the_cache_hook_matches_full_forward(overri
     for t in range(5, 9):
         steps.append(model(ids[:, t:t + 1], positions=torch.tensor([t]), kv_cache=cache))
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    # The model announced each pass once, with positions expanded to (batch, seq).
+    batch = ids.shape[0]
+    assert cache.passes == [[[0, 1, 2, 3, 4]] * batch] + [[[t]] * batch for t in range(5, 9)]
 
 
 def test_cache_requires_positions():
