@@ -66,7 +66,9 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     """The compute dtype llmcore uses on `device` when nobody asks for another."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        # Native support only: bfloat16 emulated on an older GPU (a T4) is slower than float16.
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+        return torch.bfloat16 if native else torch.float16
     if device.type == "mps":
         return torch.float16
     return torch.float32

@@ -102,9 +102,10 @@ class Recipe:
 
 
 def lr_at(step: int, r: Recipe) -> float:
+    """Linear warm-up to r.lr, cosine decay to r.min_lr_ratio * r.lr at r.steps, flat after."""
     if step < r.warmup:
         return r.lr * (step + 1) / r.warmup
-    progress = (step - r.warmup) / max(1, r.steps - r.warmup)
+    progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
     return r.lr * (r.min_lr_ratio + (1 - r.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 

@@ -55,6 +55,19 @@ def test_cuda_default_dtype_is_16_bit():
     assert default_dtype("cuda") in (torch.bfloat16, torch.float16)
 
 
+@pytest.mark.parametrize("native, emulated, expected", [
+    (True, True, torch.bfloat16),    # Ampere and later: bfloat16 in hardware
+    (False, True, torch.float16),    # a T4 (Colab's free GPU): bfloat16 only emulated, slower
+    (False, False, torch.float16),
+])
+def test_cuda_default_dtype_asks_for_native_bfloat16(monkeypatch, native, emulated, expected):
+    def is_bf16_supported(including_emulation=True):
+        return emulated if including_emulation else native
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert default_dtype("cuda") == expected
+
+
 def test_dtype_policy_on_cpu(monkeypatch):
     monkeypatch.delenv(DTYPE_ENV, raising=False)
     assert default_dtype("cpu") == torch.float32
@@ -98,3 +111,24 @@ def test_deterministic_restores_previous_setting():
 
 def test_synchronize_is_a_no_op_on_cpu():
     synchronize("cpu")
+
+
+@pytest.mark.parametrize("version", ["2.4.1", "2.4.1+cu121", "1.13.0", "nightly"])
+def test_old_or_unreadable_torch_is_refused_on_import(version):
+    import llmcore
+    with pytest.raises(ImportError, match=r"torch >= 2\.5"):
+        llmcore.check_torch_version(version)
+
+
+@pytest.mark.parametrize("version", ["2.5.0", "2.13.0+cpu", "3.0.0a0"])
+def test_supported_torch_passes(version):
+    import llmcore
+    llmcore.check_torch_version(version)
+
+
+def test_the_lower_bound_is_the_one_pyproject_states():
+    from pathlib import Path
+
+    import llmcore
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'"torch>={llmcore.MIN_TORCH[0]}.{llmcore.MIN_TORCH[1]}"' in pyproject

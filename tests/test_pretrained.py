@@ -13,8 +13,9 @@ from transformers import AutoModelForCausalLM
 
 from llmcore.hf import llmcore_name, load_pretrained
 from llmcore.model import ModelConfig, Transformer
-from llmcore.pretrained import (BUNDLED, EOT, bundled_dir, cross_entropy, hf_name, load, load_model, load_tokenizer,
-                                save_pretrained, stdlib_corpus, stdlib_files, training_record)
+from llmcore.pretrained import (BUNDLED, EOT, Recipe, bundled_dir, lr_at, cross_entropy, hf_name, load, load_model, load_tokenizer,
+                                save_pretrained, stdlib_corpus, stdlib_files,
+                                training_record)
 from llmcore.tokenizer import Tokenizer
 
 DATA = resources.files("llmcore") / "data"
@@ -183,3 +184,12 @@ def test_save_pretrained_refuses_features_it_cannot_write(tmp_path, tiny):
     cfg = ModelConfig(vocab_size=4096, dim=32, n_layers=1, n_heads=4, hidden_dim=48, qk_norm=True)
     with pytest.raises(ValueError, match="plain Llama"):
         save_pretrained(Transformer(cfg), tiny[1], tmp_path)
+
+
+def test_learning_rate_warms_up_decays_and_stays_at_the_floor():
+    r = Recipe(steps=100, warmup=10, lr=1e-3, min_lr_ratio=0.1)
+    assert lr_at(0, r) == pytest.approx(1e-4) and lr_at(9, r) == pytest.approx(1e-3)
+    decay = [lr_at(s, r) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(decay, decay[1:]))  # never rises after the warm-up
+    assert lr_at(100, r) == pytest.approx(1e-4)
+    assert [lr_at(s, r) for s in (101, 150, 10_000)] == [pytest.approx(1e-4)] * 3
