@@ -3,11 +3,14 @@
 
 
 # %% chapters/02_tokenizer.ipynb § Text is bytes
-"""Byte-level BPE tokenizers: train them, encode and decode, load real vocabularies, stream.
+"""Byte-level BPE tokenizers: train, encode and decode, load real vocabularies, stream.
 
-Built up like karpathy/minbpe's ladder (BPE on raw bytes, then regex pre-tokenization,
-then GPT-4 compatibility) in one module, which also reads Llama-3, Qwen and DeepSeek
-tokenizer.json files. Each section below adds one idea; `Tokenizer` grows section by section.
+Built up like karpathy/minbpe's ladder of classes, one idea per step: `BPETokenizer`
+(BPE over regex-split chunks, with a merges list or tiktoken ranks), `SpecialTokenizer`
+(tiktoken's rules for special tokens), `StreamingTokenizer` (`encode_iterable`) and
+`Tokenizer` (the file formats of tiktoken, GPT-2 and Hugging Face, which covers Llama-3,
+Qwen and DeepSeek tokenizer.json files). `Tokenizer` is the class the rest of llmcore
+uses.
 """
 from __future__ import annotations
 
@@ -50,40 +53,112 @@ def merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     return out
 
 
-# %% chapters/02_tokenizer.ipynb § BPE by hand
-def pretokenize(text: str, pattern="gpt4", special_tokens=()) -> list[str]:
-    """Cut `text` at special tokens (dropping them), then split each piece with `pattern`."""
-    _check_text(text)
-    compiled = [_compile(p) for p in get_pattern(pattern)]
-    pieces = _compile_specials(frozenset(special_tokens)).split(text) if special_tokens else [text]
-    return [chunk for piece in pieces for chunk in _split_text(piece, compiled)]
+# %% chapters/02_tokenizer.ipynb § Pre-tokenization
+# The exact strings tiktoken uses for GPT-2 (r50k) and GPT-4 (cl100k).
+GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT4_SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                      r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+SPLIT_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "gpt4": GPT4_SPLIT_PATTERN}
+# What HF's ByteLevel pre-tokenizer splits with when use_regex is true.
+HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+# %% chapters/02_tokenizer.ipynb § Pre-tokenization
+def get_pattern(pattern) -> tuple[str, ...]:
+    """Resolve a name ('gpt2', 'gpt4'), a regex, a list of regexes (applied in turn) or None (no split).
+
+    A bare word counts as a name; to split on a literal word, pass it in a list.
+    """
+    if pattern is None:
+        return ()
+    if isinstance(pattern, str):
+        if pattern in SPLIT_PATTERNS:
+            return (SPLIT_PATTERNS[pattern],)
+        if regex.fullmatch(r"[\w.-]+", pattern):  # looks like a name, not a regex
+            raise ValueError(f"unknown pattern name {pattern!r}; use one of {sorted(SPLIT_PATTERNS)}, "
+                             "a regex string, a list of regexes, or None")
+        pattern = [pattern]
+    patterns = tuple(pattern)
+    for p in patterns:
+        if not isinstance(p, str):
+            raise TypeError(f"split patterns must be str, got {type(p).__name__}")
+        _compile(p)
+    return patterns
+
+
+def _compile(pattern: str) -> regex.Pattern:
+    try:
+        return regex.compile(pattern)
+    except regex.error as e:
+        raise ValueError(f"invalid split pattern {pattern!r}: {e}") from None
+
+
+def _split_text(text: str, compiled: list) -> list[str]:
+    """Apply each regex in turn; its matches and the gaps between them become pieces (HF's 'Isolated')."""
+    pieces = [text] if text else []
+    for pat in compiled:
+        out = []
+        for piece in pieces:
+            found = None if pat.groups else pat.findall(piece)
+            if found is None or sum(map(len, found)) != len(piece):  # slow path: keep unmatched gaps
+                found, pos = [], 0
+                for m in pat.finditer(piece):
+                    found += [piece[pos:m.start()]] if m.start() > pos else []
+                    found += [m.group()] if m.end() > m.start() else []
+                    pos = m.end()
+                found += [piece[pos:]] if pos < len(piece) else []
+            out += found
+        pieces = out
+    return pieces
+
+
+# %% chapters/02_tokenizer.ipynb § Pre-tokenization
+@lru_cache(maxsize=64)
+def _compile_specials(tokens: frozenset) -> regex.Pattern:
+    """Match any of `tokens`, trying longer ones first: the longest overlapping wins."""
+    longest_first = sorted(tokens, key=lambda t: (-len(t), t))
+    return regex.compile("|".join(regex.escape(t) for t in longest_first))
 
 
 def _check_text(text) -> None:
     if not isinstance(text, str):
-        hint = " (decode bytes first, e.g. data.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        hint = (" (decode bytes first, e.g. data.decode('utf-8'))"
+                if isinstance(text, (bytes, bytearray)) else "")
         raise TypeError(f"text must be a str, got {type(text).__name__}{hint}")
 
 
+def pretokenize(text: str, pattern="gpt4", special_tokens=()) -> list[str]:
+    """Cut `text` at special tokens (dropped), then split each piece with `pattern`."""
+    _check_text(text)
+    compiled = [_compile(p) for p in get_pattern(pattern)]
+    pieces = [text]
+    if special_tokens:
+        pieces = _compile_specials(frozenset(special_tokens)).split(text)
+    return [chunk for piece in pieces for chunk in _split_text(piece, compiled)]
+
+
+# %% chapters/02_tokenizer.ipynb § The naive trainer
 def _num_merges(vocab_size: int, special_tokens) -> int:
     """How many new tokens a vocabulary of `vocab_size` ids leaves room for."""
     smallest = 256 + len(special_tokens)
     if not isinstance(vocab_size, int) or vocab_size < smallest:
-        raise ValueError(f"vocab_size={vocab_size!r} is too small: byte-level BPE needs 256 byte tokens "
-                         f"+ {len(special_tokens)} special token(s); pass vocab_size >= {smallest}")
+        raise ValueError(f"vocab_size={vocab_size!r} is too small: byte-level BPE "
+                         f"needs 256 byte tokens + {len(special_tokens)} special "
+                         f"token(s); pass vocab_size >= {smallest}")
     return vocab_size - smallest
 
 
-# %% chapters/02_tokenizer.ipynb § The naive trainer
-def train_bpe_naive(text: str, vocab_size: int, pattern="gpt4", special_tokens=()) -> list[tuple[bytes, bytes]]:
+def train_bpe_naive(text: str, vocab_size: int, pattern="gpt4", special_tokens=()
+                    ) -> list[tuple[bytes, bytes]]:
     """Textbook BPE: count every pair in every chunk, merge the most frequent, repeat.
 
-    Ties go to the lexicographically greatest pair, compared as (bytes_of_left, bytes_of_right).
-    Returns the merges in order as (left_bytes, right_bytes). `vocab_size` counts the 256 byte
-    tokens, the new tokens and the special tokens.
+    Ties go to the lexicographically greatest pair, compared as (bytes_of_left,
+    bytes_of_right). Returns the merges in order as (left_bytes, right_bytes).
+    `vocab_size` counts the 256 byte tokens, the new tokens and the special tokens.
     """
     n_new = _num_merges(vocab_size, special_tokens)
-    chunks = [list(c.encode("utf-8")) for c in pretokenize(text, pattern, special_tokens)]
+    chunks = [list(chunk.encode("utf-8"))
+              for chunk in pretokenize(text, pattern, special_tokens)]
     vocab = [bytes([i]) for i in range(256)]
     ids_of = {b: i for i, b in enumerate(vocab)}
     merges = []
@@ -96,7 +171,7 @@ def train_bpe_naive(text: str, vocab_size: int, pattern="gpt4", special_tokens=(
         a, b = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
         merges.append((vocab[a], vocab[b]))
         new_id = ids_of.setdefault(vocab[a] + vocab[b], len(vocab))
-        if new_id == len(vocab):  # else the merge rebuilt an existing token: reuse its id
+        if new_id == len(vocab):  # else it rebuilt an existing token: reuse that id
             vocab.append(vocab[a] + vocab[b])
         chunks = [merge(ids, (a, b), new_id) for ids in chunks]
     return merges
@@ -164,65 +239,6 @@ def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(), pro
     return merges
 
 
-# %% chapters/02_tokenizer.ipynb § Pre-tokenization
-# The exact strings tiktoken uses for GPT-2 (r50k) and GPT-4 (cl100k).
-GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-GPT4_SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-                      r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
-SPLIT_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "gpt4": GPT4_SPLIT_PATTERN}
-# What HF's ByteLevel pre-tokenizer splits with when use_regex is true.
-HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-# %% chapters/02_tokenizer.ipynb § Pre-tokenization
-def get_pattern(pattern) -> tuple[str, ...]:
-    """Resolve a name ('gpt2', 'gpt4'), a regex, a list of regexes (applied in turn) or None (no split).
-
-    A bare word counts as a name; to split on a literal word, pass it in a list.
-    """
-    if pattern is None:
-        return ()
-    if isinstance(pattern, str):
-        if pattern in SPLIT_PATTERNS:
-            return (SPLIT_PATTERNS[pattern],)
-        if regex.fullmatch(r"[\w.-]+", pattern):  # looks like a name, not a regex
-            raise ValueError(f"unknown pattern name {pattern!r}; use one of {sorted(SPLIT_PATTERNS)}, "
-                             "a regex string, a list of regexes, or None")
-        pattern = [pattern]
-    patterns = tuple(pattern)
-    for p in patterns:
-        if not isinstance(p, str):
-            raise TypeError(f"split patterns must be str, got {type(p).__name__}")
-        _compile(p)
-    return patterns
-
-
-def _compile(pattern: str) -> regex.Pattern:
-    try:
-        return regex.compile(pattern)
-    except regex.error as e:
-        raise ValueError(f"invalid split pattern {pattern!r}: {e}") from None
-
-
-def _split_text(text: str, compiled: list) -> list[str]:
-    """Apply each regex in turn; its matches and the gaps between them become pieces (HF's 'Isolated')."""
-    pieces = [text] if text else []
-    for pat in compiled:
-        out = []
-        for piece in pieces:
-            found = None if pat.groups else pat.findall(piece)
-            if found is None or sum(map(len, found)) != len(piece):  # slow path: keep unmatched gaps
-                found, pos = [], 0
-                for m in pat.finditer(piece):
-                    found += [piece[pos:m.start()]] if m.start() > pos else []
-                    found += [m.group()] if m.end() > m.start() else []
-                    pos = m.end()
-                found += [piece[pos:]] if pos < len(piece) else []
-            out += found
-        pieces = out
-    return pieces
-
-
 # %% chapters/02_tokenizer.ipynb § Encoding and decoding
 _UTF8_BYTES = [b for b in range(256) if b not in (0xC0, 0xC1) and b < 0xF5]  # the rest never occur in UTF-8
 
@@ -246,31 +262,41 @@ class _PieceCache(dict):
 
 
 # %% chapters/02_tokenizer.ipynb § Encoding and decoding
-class Tokenizer:
-    """Byte-level BPE tokenizer.
+class BPETokenizer:
+    """Byte-level BPE: cut text into chunks, merge each chunk's bytes; decode ids.
 
-    encoder: token bytes -> id for every non-special token (every byte UTF-8 can contain included).
-    merges: merge rules, highest priority first (HF and llmcore). None means tiktoken's rule:
-        the adjacent pair whose concatenation has the lowest id merges first.
-    pattern: see `get_pattern`. special_tokens: {text: id}.
-    ignore_merges: emit a pre-token that is itself a token directly (tiktoken and Llama-3 do).
+    encoder: token bytes -> id for every non-special token (every byte that UTF-8 text
+        can contain included).
+    merges: merge rules, highest priority first (HF and llmcore). None means tiktoken's
+        rule: the adjacent pair whose concatenation has the lowest id merges first.
+    pattern: see `get_pattern`. special_tokens: {text: id}; decoded here, encoded by
+        `SpecialTokenizer.encode`.
+    ignore_merges: emit a pre-token that is itself a token directly (tiktoken and
+        Llama-3 do).
     normalizer: None or "NFC" (Qwen).
     """
 
-    def __init__(self, encoder: dict[bytes, int], merges=None, pattern="gpt4", special_tokens=None, *,
-                 ignore_merges: bool | None = None, normalizer: str | None = None, cache_size: int = 1 << 18):
+    def __init__(self, encoder: dict[bytes, int], merges=None, pattern="gpt4",
+                 special_tokens=None, *, ignore_merges: bool | None = None,
+                 normalizer: str | None = None, cache_size: int = 1 << 18):
         missing = [b for b in _UTF8_BYTES if bytes([b]) not in encoder]
         if missing:
-            raise ValueError(f"byte-level BPE needs a token for every byte UTF-8 text can contain; "
-                             f"missing {len(missing)} (e.g. {bytes(missing[:3])!r})")
+            raise ValueError(f"byte-level BPE needs a token for every byte UTF-8 text "
+                             f"can contain; missing {len(missing)} "
+                             f"(e.g. {bytes(missing[:3])!r})")
         if normalizer not in (None, "NFC"):
-            raise ValueError(f"unsupported normalizer {normalizer!r}; supported: None, 'NFC'")
+            raise ValueError(f"unsupported normalizer {normalizer!r}; "
+                             "supported: None, 'NFC'")
         self.encoder = dict(encoder)
-        self.merges = None if merges is None else [(bytes(a), bytes(b)) for a, b in merges]
-        self._merge_ranks = None if merges is None else {}
+        self.merges = None
+        self._merge_ranks = None
+        if merges is not None:
+            self.merges = [(bytes(a), bytes(b)) for a, b in merges]
+            self._merge_ranks = {}
         for rank, (a, b) in enumerate(self.merges or ()):
             if a + b not in self.encoder:
-                raise ValueError(f"merge {a!r} + {b!r} makes a token that is not in the vocabulary")
+                raise ValueError(f"merge {a!r} + {b!r} makes a token that is not in "
+                                 "the vocabulary")
             self._merge_ranks.setdefault((a, b), rank)
         self.patterns = get_pattern(pattern)
         self._compiled = [_compile(p) for p in self.patterns]
@@ -280,15 +306,18 @@ class Tokenizer:
         self.decoder = {i: b for b, i in self.encoder.items()}
         for text, i in self.special_tokens.items():
             if not isinstance(text, str) or not text:
-                raise ValueError(f"special tokens must be non-empty strings, got {text!r}")
+                raise ValueError("special tokens must be non-empty strings, "
+                                 f"got {text!r}")
             if i in self.decoder:
-                raise ValueError(f"special token {text!r} reuses id {i}, which belongs to {self.decoder[i]!r}")
+                raise ValueError(f"special token {text!r} reuses id {i}, which belongs "
+                                 f"to {self.decoder[i]!r}")
             self.decoder[i] = text.encode("utf-8")
         self._cache = _PieceCache(self._encode_piece, cache_size)
 
     def __repr__(self) -> str:
         merges = "tiktoken ranks" if self.merges is None else len(self.merges)
-        return f"Tokenizer(vocab_size={self.vocab_size}, merges={merges}, special_tokens={len(self.special_tokens)})"
+        return (f"{type(self).__name__}(vocab_size={self.vocab_size}, merges={merges}, "
+                f"special_tokens={len(self.special_tokens)})")
 
     @property
     def vocab_size(self) -> int:
@@ -296,10 +325,11 @@ class Tokenizer:
         return max(self.decoder) + 1
 
     def _bpe(self, piece: bytes, max_rank: float = float("inf")) -> list[bytes]:
-        """Merge the best-ranked adjacent pair (leftmost on ties) until none is left below `max_rank`."""
+        """Merge the best-ranked adjacent pair (leftmost on ties) while it ranks below
+        `max_rank`."""
         parts = [piece[i:i + 1] for i in range(len(piece))]
         inf = float("inf")
-        if self._merge_ranks is None:  # tiktoken: a pair ranks as the token it would make
+        if self._merge_ranks is None:  # tiktoken: a pair ranks as the token it makes
             ranks = self.encoder
             rank = lambda a, b: ranks.get(a + b, inf)  # noqa: E731
         else:  # HF and llmcore: a pair ranks as its merge rule
@@ -326,7 +356,8 @@ class Tokenizer:
         return tuple([self.encoder[part] for part in self._bpe(data)])
 
     def _encode_pieces(self, pieces: list[str]) -> list[int]:
-        return reduce(iconcat, map(self._cache.__getitem__, pieces), [])  # concatenate the id tuples
+        # the id tuples of the pieces, from the cache, concatenated
+        return reduce(iconcat, map(self._cache.__getitem__, pieces), [])
 
     def _split(self, text: str) -> list[str]:
         if self.normalizer and not unicodedata.is_normalized(self.normalizer, text):
@@ -347,7 +378,8 @@ class Tokenizer:
         try:
             return b"".join([self.decoder[i] for i in ids])
         except (KeyError, TypeError):  # TypeError: an unhashable id such as a list
-            bad = next(i for i in ids if not isinstance(i, int) or i not in self.decoder)
+            bad = next(i for i in ids
+                       if not isinstance(i, int) or i not in self.decoder)
             raise UnknownTokenError(f"token id {bad!r} is not in the vocabulary "
                                     f"(vocab size {self.vocab_size})") from None
 
@@ -356,8 +388,11 @@ class Tokenizer:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     @classmethod
-    def from_merges(cls, merges, pattern="gpt4", special_tokens=()) -> Tokenizer:
-        """Bytes get ids 0-255, each new merged token the next id, then the special tokens."""
+    def from_merges(cls, merges, pattern="gpt4", special_tokens=()) -> BPETokenizer:
+        """Bytes get ids 0-255, each new merged token the next id, then special tokens.
+
+        Like `train` and the loaders, returns an instance of the class it is called on.
+        """
         encoder = {bytes([i]): i for i in range(256)}
         for a, b in merges:
             encoder.setdefault(a + b, len(encoder))
@@ -366,17 +401,19 @@ class Tokenizer:
         return cls(encoder, merges, pattern, specials)
 
     @classmethod
-    def train(cls, text: str, vocab_size: int, pattern="gpt4", special_tokens=(), *, naive: bool = False,
-              progress: bool = True) -> Tokenizer:
-        """Train on `text` with `train_bpe` (or `train_bpe_naive`) and wrap the merges."""
+    def train(cls, text: str, vocab_size: int, pattern="gpt4", special_tokens=(), *,
+              naive: bool = False, progress: bool = True) -> BPETokenizer:
+        """Train on `text` with `train_bpe` (or `train_bpe_naive`); wrap the merges."""
         if naive:
             merges = train_bpe_naive(text, vocab_size, pattern, special_tokens)
         else:
-            merges = train_bpe(text, vocab_size, pattern, special_tokens, progress=progress)
+            merges = train_bpe(text, vocab_size, pattern, special_tokens,
+                               progress=progress)
         return cls.from_merges(merges, pattern, special_tokens)
 
     def get_merges(self) -> list[tuple[bytes, bytes]]:
-        """The merge rules; a tiktoken vocabulary's are recovered by running BPE on each token."""
+        """The merge rules; a tiktoken vocabulary's are recovered by running BPE on each
+        token."""
         if self.merges is not None:
             return self.merges
         merges = []
@@ -384,52 +421,61 @@ class Tokenizer:
             if len(token) > 1:
                 parts = self._bpe(token, max_rank=rank)
                 if len(parts) != 2:
-                    raise ValueError(f"token {token!r} is not a merge of two lower-ranked tokens")
+                    raise ValueError(f"token {token!r} is not a merge of two "
+                                     "lower-ranked tokens")
                 merges.append((parts[0], parts[1]))
         return merges
 
 
 # %% chapters/02_tokenizer.ipynb § Special tokens
-CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
-                         "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
-
-
-@lru_cache(maxsize=64)
-def _compile_specials(tokens: frozenset) -> regex.Pattern:
-    """Match any of `tokens`; longer ones are tried first, so the longest overlapping special wins."""
-    return regex.compile("|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))))
+CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258,
+                         "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+                         "<|endofprompt|>": 100276}
 
 
 # %% chapters/02_tokenizer.ipynb § Special tokens
-class Tokenizer(Tokenizer):  # noqa: F811  each section grows the class
+class SpecialTokenizer(BPETokenizer):
+    """`BPETokenizer` with tiktoken's rules for special-token text in `encode`."""
+
     @property
     def special_tokens_set(self) -> set[str]:
         return set(self.special_tokens)
 
-    def _resolve_special(self, allowed_special, disallowed_special) -> tuple[frozenset, frozenset]:
-        allowed = frozenset(self.special_tokens if allowed_special == "all" else allowed_special)
+    def _resolve_special(self, allowed_special, disallowed_special
+                         ) -> tuple[frozenset, frozenset]:
+        allowed = frozenset(self.special_tokens if allowed_special == "all"
+                            else allowed_special)
         unknown = allowed - self.special_tokens.keys()
         if unknown:
-            raise ValueError(f"allowed_special has unknown special tokens {sorted(unknown)}; "
-                             f"this tokenizer has {sorted(self.special_tokens)}")
-        disallowed = frozenset(self.special_tokens.keys() - allowed if disallowed_special == "all"
-                               else disallowed_special)
+            raise ValueError(f"allowed_special has unknown special tokens "
+                             f"{sorted(unknown)}; this tokenizer has "
+                             f"{sorted(self.special_tokens)}")
+        disallowed = frozenset(self.special_tokens.keys() - allowed
+                               if disallowed_special == "all" else disallowed_special)
         return allowed, disallowed
 
     def _check_disallowed(self, text: str, disallowed: frozenset) -> None:
         match = disallowed and _compile_specials(disallowed).search(text)
         if match:
             token = match.group()
-            raise ValueError(
-                f"Encountered text corresponding to disallowed special token {token!r}.\n"
-                f"If you want this text to be encoded as a special token, pass it to `allowed_special`, "
-                f"e.g. `allowed_special={{{token!r}, ...}}`.\n"
-                f"If you want this text to be encoded as normal text, disable the check for this token "
-                f"by passing `disallowed_special=(enc.special_tokens_set - {{{token!r}}})`.\n"
-                "To disable this check for all special tokens, pass `disallowed_special=()`.\n")
+            raise ValueError(  # tiktoken's message, word for word
+                f"Encountered text corresponding to disallowed special token "
+                f"{token!r}.\n"
+                f"If you want this text to be encoded as a special token, pass it to "
+                f"`allowed_special`, e.g. `allowed_special={{{token!r}, ...}}`.\n"
+                f"If you want this text to be encoded as normal text, disable the "
+                f"check for this token by passing "
+                f"`disallowed_special=(enc.special_tokens_set - {{{token!r}}})`.\n"
+                "To disable this check for all special tokens, pass "
+                "`disallowed_special=()`.\n")
 
-    def encode(self, text: str, *, allowed_special=frozenset(), disallowed_special="all") -> list[int]:
-        """Encode like tiktoken: special-token text raises unless allowed ("all" or a set) or not disallowed."""
+    def encode(self, text: str, *, allowed_special=frozenset(), disallowed_special="all"
+               ) -> list[int]:
+        """Encode like tiktoken: special-token text raises unless it is allowed
+        (encoded as its id) or not disallowed (encoded as ordinary text).
+
+        Each of `allowed_special` and `disallowed_special` is "all" or a set of texts.
+        """
         _check_text(text)
         allowed, disallowed = self._resolve_special(allowed_special, disallowed_special)
         self._check_disallowed(text, disallowed)
@@ -443,16 +489,111 @@ class Tokenizer(Tokenizer):  # noqa: F811  each section grows the class
         return ids + self.encode_ordinary(text[pos:])
 
 
+# %% chapters/02_tokenizer.ipynb § Streaming in both directions
+# Cutting a stream just before such a char never changes the NFC form of either side.
+_NFC_BOUNDARY = regex.compile(r"(?!\p{NFC_QC=M})\p{ccc=0}")
+
+
+class StreamingTokenizer(SpecialTokenizer):
+    """`SpecialTokenizer` that also encodes a stream of strings lazily."""
+
+    def _encode_head(self, buf: str, allowed: frozenset, hold: int
+                     ) -> tuple[list[int], str]:
+        """Encode the start of `buf` that more text cannot change; return (ids, the text
+        still pending)."""
+        # the last `hold` chars may be the start of a special token
+        limit = max(len(buf) - hold, 0)
+        if self.normalizer:  # NFC could join the char at `limit` with those before it
+            while limit > 0 and not _NFC_BOUNDARY.match(buf, limit):
+                limit -= 1
+        ids, pos = [], 0
+        for m in _compile_specials(allowed).finditer(buf) if allowed else ():
+            if m.start() >= limit:
+                break
+            ids += self.encode_ordinary(buf[pos:m.start()])
+            ids.append(self.special_tokens[m.group()])
+            pos = m.end()
+        if pos >= limit:
+            return ids, buf[pos:]
+        pieces = self._split(buf[pos:limit])
+        # the regex may still change its mind about the last two pieces ("'" + "ll")
+        pending = "".join(pieces[-2:]) + buf[limit:]
+        return ids + self._encode_pieces(pieces[:-2]), pending
+
+    def encode_iterable(self, chunks: Iterable[str], *, allowed_special=frozenset(),
+                        disallowed_special="all", buffer_chars: int = 1 << 16
+                        ) -> Iterator[int]:
+        """Encode a stream of strings lazily, in about `buffer_chars` of memory; the ids
+        are those of `encode`."""
+        allowed, disallowed = self._resolve_special(allowed_special, disallowed_special)
+        hold = max(map(len, allowed | disallowed), default=1) - 1
+        parts, size, threshold = [], 0, buffer_chars
+        for chunk in chunks:
+            _check_text(chunk)
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= threshold:
+                buf = "".join(parts)
+                self._check_disallowed(buf, disallowed)
+                ids, rest = self._encode_head(buf, allowed, hold)
+                yield from ids
+                parts, size = [rest], len(rest)
+                # little was emitted: wait for more text before the next scan
+                threshold = max(buffer_chars, 2 * size)
+        yield from self.encode("".join(parts), allowed_special=allowed,
+                               disallowed_special=disallowed)
+
+
+# %% chapters/02_tokenizer.ipynb § Streaming in both directions
+def _complete_utf8_prefix(data: bytes) -> int:
+    """Length of `data` without a trailing UTF-8 character that still misses bytes."""
+    for i in range(len(data) - 1, max(len(data) - 4, -1), -1):
+        if data[i] < 0x80:
+            return len(data)  # ASCII: nothing pending
+        if data[i] >= 0xC0:  # a lead byte: has its character got all its bytes?
+            need = 2 if data[i] < 0xE0 else 3 if data[i] < 0xF0 else 4
+            return i if len(data) - i < need else len(data)
+    return len(data)  # continuation bytes without a lead: invalid, decode them now
+
+
+class IncrementalDetokenizer:
+    """Feed ids one at a time; get back only text whose UTF-8 bytes are complete.
+
+    The outputs of `step` and `flush` add up to exactly `tokenizer.decode(ids)`: bytes
+    are only held back before a byte that starts a character, where the UTF-8 decoder
+    restarts anyway. Any tokenizer of this module works (it needs `decode_bytes`).
+    """
+
+    def __init__(self, tokenizer: BPETokenizer):
+        self.tokenizer = tokenizer
+        self._pending = b""
+
+    def step(self, token_id: int) -> str:
+        data = self._pending + self.tokenizer.decode_bytes([token_id])
+        cut = _complete_utf8_prefix(data)
+        self._pending = data[cut:]
+        return data[:cut].decode("utf-8", errors="replace")
+
+    def flush(self) -> str:
+        """Emit what is held back; leftovers of an invalid sequence become U+FFFD, as in
+        decode."""
+        data, self._pending = self._pending, b""
+        return data.decode("utf-8", errors="replace")
+
+
 # %% chapters/02_tokenizer.ipynb § Loading real vocabularies, id for id
 class UnsupportedTokenizerError(ValueError):
     """A tokenizer.json that llmcore cannot reproduce exactly."""
 
 
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in character for each byte, as used by vocab.json, merges.txt, tokenizer.json."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    """GPT-2's printable stand-in character for each byte, as in vocab.json, merges.txt
+    and tokenizer.json."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     shifted = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(256 + k) for k, b in enumerate(shifted)}}
+    return {**{b: chr(b) for b in printable},
+            **{b: chr(256 + k) for k, b in enumerate(shifted)}}
 
 
 _BYTE_TO_CHAR = bytes_to_unicode()
@@ -528,47 +669,73 @@ def _hf_normalizer(spec) -> str | None:
 
 
 # %% chapters/02_tokenizer.ipynb § Loading real vocabularies, id for id
-class Tokenizer(Tokenizer):  # noqa: F811
+FORMAT_VERSION = 1
+
+
+def _to_onig(pattern: str) -> str:
+    """HF runs Oniguruma, where `{1,3}+` means 'repeat {1,3}', not possessive: drop the
+    '+'."""
+    return regex.sub(r"(?<!\\)(\{\d+(?:,\d*)?\})\+", r"\1", pattern)
+
+
+# %% chapters/02_tokenizer.ipynb § Loading real vocabularies, id for id
+class Tokenizer(StreamingTokenizer):
+    """The full tokenizer: `StreamingTokenizer` and the file formats it reads and
+    writes."""
+
     @classmethod
     def from_tiktoken(cls, encoding) -> Tokenizer:
-        """From a tiktoken Encoding: the same ranks, split pattern and special tokens."""
-        return cls(encoding._mergeable_ranks, None, encoding._pat_str, encoding._special_tokens)
+        """From a tiktoken Encoding: the same ranks, split pattern and special
+        tokens."""
+        return cls(encoding._mergeable_ranks, None, encoding._pat_str,
+                   encoding._special_tokens)
 
     @classmethod
     def from_tiktoken_file(cls, path, pattern="gpt4", special_tokens=None) -> Tokenizer:
-        """From a .tiktoken rank file; the file holds neither the split pattern nor the special tokens."""
+        """From a .tiktoken rank file, which holds neither the split pattern nor the
+        special tokens."""
         return cls(load_tiktoken_ranks(path), None, pattern, special_tokens)
 
     @classmethod
-    def from_gpt2_files(cls, vocab_path, merges_path, pattern="gpt2", special_tokens=(), **kwargs) -> Tokenizer:
-        """vocab.json {token: id} + merges.txt ('left right' per line); `special_tokens` names vocab entries."""
+    def from_gpt2_files(cls, vocab_path, merges_path, pattern="gpt2", special_tokens=(),
+                        **kwargs) -> Tokenizer:
+        """vocab.json {token: id} + merges.txt ('left right' per line);
+        `special_tokens` names vocab entries."""
         vocab = json.loads(Path(vocab_path).read_text("utf-8"))
         specials = {s: vocab.pop(s) for s in special_tokens}
         lines = Path(merges_path).read_text("utf-8").splitlines()
-        merges = [line.split(" ") for line in lines if line and not line.startswith("#version")]
-        return cls({str_to_token(t): i for t, i in vocab.items()},
-                   [(str_to_token(a), str_to_token(b)) for a, b in merges], pattern, specials, **kwargs)
+        merges = [line.split(" ") for line in lines
+                  if line and not line.startswith("#version")]
+        encoder = {str_to_token(t): i for t, i in vocab.items()}
+        merges = [(str_to_token(a), str_to_token(b)) for a, b in merges]
+        return cls(encoder, merges, pattern, specials, **kwargs)
 
     @classmethod
     def from_hf_json(cls, source) -> Tokenizer:
-        """From an HF tokenizer.json (parsed, a path, or a .zip holding it); added tokens become special tokens."""
+        """From an HF tokenizer.json (parsed, a path, or a .zip holding it); added
+        tokens become special tokens."""
         if not isinstance(source, dict):
             path = Path(source)
-            source = json.loads(zipfile.ZipFile(path).read("tokenizer.json") if path.suffix == ".zip"
-                                else path.read_bytes())
+            source = json.loads(zipfile.ZipFile(path).read("tokenizer.json")
+                                if path.suffix == ".zip" else path.read_bytes())
         spec = source
         model = spec.get("model") or {}
         if model.get("type") != "BPE":
-            raise UnsupportedTokenizerError(f"model type {model.get('type')!r}; {_HF_SUPPORTED}")
-        for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout", "byte_fallback"):
+            raise UnsupportedTokenizerError(f"model type {model.get('type')!r}; "
+                                            f"{_HF_SUPPORTED}")
+        for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout",
+                    "byte_fallback"):
             if model.get(key):
-                raise UnsupportedTokenizerError(f"BPE option {key}={model[key]!r}; {_HF_SUPPORTED}")
+                raise UnsupportedTokenizerError(f"BPE option {key}={model[key]!r}; "
+                                                f"{_HF_SUPPORTED}")
         added = spec.get("added_tokens") or []
         for token in added:
             if token.get("lstrip") or token.get("rstrip") or token.get("single_word"):
-                raise UnsupportedTokenizerError(f"added token {token['content']!r}; {_HF_SUPPORTED}")
+                raise UnsupportedTokenizerError(f"added token {token['content']!r}; "
+                                                f"{_HF_SUPPORTED}")
         specials = {token["content"]: token["id"] for token in added}
-        patterns, normalizer = _hf_patterns(spec.get("pre_tokenizer")), _hf_normalizer(spec.get("normalizer"))
+        patterns = _hf_patterns(spec.get("pre_tokenizer"))
+        normalizer = _hf_normalizer(spec.get("normalizer"))
         encoder, special_ids = {}, set(specials.values())
         for text, i in model["vocab"].items():
             if i not in special_ids:  # some files list added tokens in the vocab too
@@ -578,31 +745,20 @@ class Tokenizer(Tokenizer):  # noqa: F811
                     msg = f"vocab entry {text!r} is not byte-level; {_HF_SUPPORTED}"
                     raise UnsupportedTokenizerError(msg) from None
         merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
-        return cls(encoder, [(str_to_token(a), str_to_token(b)) for a, b in merges], patterns, specials,
-                   ignore_merges=bool(model.get("ignore_merges")), normalizer=normalizer)
+        merges = [(str_to_token(a), str_to_token(b)) for a, b in merges]
+        ignore_merges = bool(model.get("ignore_merges"))
+        return cls(encoder, merges, patterns, specials, ignore_merges=ignore_merges,
+                   normalizer=normalizer)
 
-
-def cl100k_base() -> Tokenizer:
-    """GPT-4's tokenizer, read from the offline rank file."""
-    return Tokenizer.from_tiktoken_file(find_cl100k_file(), "gpt4", CL100K_SPECIAL_TOKENS)
-
-
-# %% chapters/02_tokenizer.ipynb § Saving and loading
-FORMAT_VERSION = 1
-
-
-def _to_onig(pattern: str) -> str:
-    """HF runs Oniguruma, where `{1,3}+` means 'repeat {1,3}' rather than possessive: drop that '+'."""
-    return regex.sub(r"(?<!\\)(\{\d+(?:,\d*)?\})\+", r"\1", pattern)
-
-
-class Tokenizer(Tokenizer):  # noqa: F811
     def save(self, path) -> None:
         """Write llmcore's JSON format; tokens are spelled as in GPT-2's vocab.json."""
-        data = {"format": "llmcore-bpe", "version": FORMAT_VERSION, "pattern": list(self.patterns),
-                "special_tokens": self.special_tokens, "ignore_merges": self.ignore_merges,
-                "normalizer": self.normalizer, "vocab": {token_to_str(b): i for b, i in self.encoder.items()},
-                "merges": None if self.merges is None else [[token_to_str(a), token_to_str(b)] for a, b in self.merges]}
+        merges = None if self.merges is None else [[token_to_str(a), token_to_str(b)]
+                                                   for a, b in self.merges]
+        data = {"format": "llmcore-bpe", "version": FORMAT_VERSION,
+                "pattern": list(self.patterns), "special_tokens": self.special_tokens,
+                "ignore_merges": self.ignore_merges, "normalizer": self.normalizer,
+                "vocab": {token_to_str(b): i for b, i in self.encoder.items()},
+                "merges": merges}
         Path(path).write_text(json.dumps(data, ensure_ascii=False), "utf-8")
 
     @classmethod
@@ -610,130 +766,71 @@ class Tokenizer(Tokenizer):  # noqa: F811
         """Read a file written by `save`."""
         data = json.loads(Path(path).read_text("utf-8"))
         if data.get("format") != "llmcore-bpe" or data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{path} is not an llmcore tokenizer file of version {FORMAT_VERSION} "
-                             f"(format={data.get('format')!r}, version={data.get('version')!r})")
-        merges = data["merges"] and [(str_to_token(a), str_to_token(b)) for a, b in data["merges"]]
-        return cls({str_to_token(t): i for t, i in data["vocab"].items()}, merges, data["pattern"],
-                   data["special_tokens"], ignore_merges=data["ignore_merges"], normalizer=data["normalizer"])
+            raise ValueError(f"{path} is not an llmcore tokenizer file of version "
+                             f"{FORMAT_VERSION} (format={data.get('format')!r}, "
+                             f"version={data.get('version')!r})")
+        merges = data["merges"] and [(str_to_token(a), str_to_token(b))
+                                     for a, b in data["merges"]]
+        return cls({str_to_token(t): i for t, i in data["vocab"].items()}, merges,
+                   data["pattern"], data["special_tokens"],
+                   ignore_merges=data["ignore_merges"], normalizer=data["normalizer"])
 
     def save_gpt2_files(self, directory) -> tuple[Path, Path]:
-        """Write vocab.json (special tokens included) and merges.txt; return their paths.
+        """Write vocab.json (special tokens included) and merges.txt; return their
+        paths.
 
-        The split pattern, normalizer and ignore_merges are not part of these files: pass them to
-        `from_gpt2_files` (a tiktoken vocabulary needs ignore_merges=True).
+        The split pattern, normalizer and ignore_merges are not part of these files:
+        pass them to `from_gpt2_files` (a tiktoken vocabulary needs
+        ignore_merges=True).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        vocab = {**{token_to_str(b): i for b, i in self.encoder.items()}, **self.special_tokens}
-        lines = ["#version: 0.2", *(f"{token_to_str(a)} {token_to_str(b)}" for a, b in self.get_merges())]
-        (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
-        (directory / "merges.txt").write_text("\n".join(lines) + "\n", "utf-8")
-        return directory / "vocab.json", directory / "merges.txt"
+        vocab = {token_to_str(b): i for b, i in self.encoder.items()}
+        vocab.update(self.special_tokens)
+        lines = ["#version: 0.2"]
+        lines += [f"{token_to_str(a)} {token_to_str(b)}" for a, b in self.get_merges()]
+        vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
+        vocab_path.write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+        merges_path.write_text("\n".join(lines) + "\n", "utf-8")
+        return vocab_path, merges_path
 
     def to_hf_tokenizer_json(self, path=None) -> dict:
-        """An HF tokenizer.json that the `tokenizers` package encodes identically; written to `path` if given."""
-        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-        splits = [{"type": "Split", "pattern": {"Regex": _to_onig(p)}, "behavior": "Isolated", "invert": False}
-                  for p in self.patterns]
-        spec = {
-            "version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                              "normalized": False, "special": True} for s, i in self.special_tokens.items()],
-            "normalizer": {"type": self.normalizer} if self.normalizer else None,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*splits, byte_level]},
-            "post_processor": None, "decoder": byte_level,
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": self.ignore_merges,
-                      "vocab": {token_to_str(b): i for b, i in self.encoder.items()},
-                      "merges": [[token_to_str(a), token_to_str(b)] for a, b in self.get_merges()]}}
+        """An HF tokenizer.json that the `tokenizers` package encodes identically;
+        written to `path` if given."""
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False,
+                      "trim_offsets": False, "use_regex": False}
+        splits = [{"type": "Split", "pattern": {"Regex": _to_onig(p)},
+                   "behavior": "Isolated", "invert": False} for p in self.patterns]
+        added = [{"id": i, "content": s, "single_word": False, "lstrip": False,
+                  "rstrip": False, "normalized": False, "special": True}
+                 for s, i in self.special_tokens.items()]
+        merges = [[token_to_str(a), token_to_str(b)] for a, b in self.get_merges()]
+        model = {"type": "BPE", "dropout": None, "unk_token": None,
+                 "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                 "fuse_unk": False, "byte_fallback": False,
+                 "ignore_merges": self.ignore_merges,
+                 "vocab": {token_to_str(b): i for b, i in self.encoder.items()},
+                 "merges": merges}
+        spec = {"version": "1.0", "truncation": None, "padding": None,
+                "added_tokens": added,
+                "normalizer": {"type": self.normalizer} if self.normalizer else None,
+                "pre_tokenizer": {"type": "Sequence",
+                                  "pretokenizers": [*splits, byte_level]},
+                "post_processor": None, "decoder": byte_level, "model": model}
         if path is not None:
             Path(path).write_text(json.dumps(spec, ensure_ascii=False), "utf-8")
         return spec
 
 
-# %% chapters/02_tokenizer.ipynb § Streaming in both directions
-# Cutting a stream just before such a char never changes the NFC form of either side.
-_NFC_BOUNDARY = regex.compile(r"(?!\p{NFC_QC=M})\p{ccc=0}")
+def cl100k_base() -> Tokenizer:
+    """GPT-4's tokenizer, read from the offline rank file."""
+    return Tokenizer.from_tiktoken_file(find_cl100k_file(), "gpt4",
+                                        CL100K_SPECIAL_TOKENS)
 
 
-class Tokenizer(Tokenizer):  # noqa: F811
-    def _encode_head(self, buf: str, allowed: frozenset, hold: int) -> tuple[list[int], str]:
-        """Encode the start of `buf` that more text cannot change; return (ids, the text still pending)."""
-        limit = max(len(buf) - hold, 0)  # the last `hold` chars may begin a special token
-        if self.normalizer:  # NFC could combine the char at `limit` with what comes before it
-            while limit > 0 and not _NFC_BOUNDARY.match(buf, limit):
-                limit -= 1
-        ids, pos = [], 0
-        for m in _compile_specials(allowed).finditer(buf) if allowed else ():
-            if m.start() >= limit:
-                break
-            ids += self.encode_ordinary(buf[pos:m.start()])
-            ids.append(self.special_tokens[m.group()])
-            pos = m.end()
-        if pos >= limit:
-            return ids, buf[pos:]
-        pieces = self._split(buf[pos:limit])
-        # the regex may still change its mind about the last two pieces, e.g. "'" + "ll" -> "'ll"
-        return ids + self._encode_pieces(pieces[:-2]), "".join(pieces[-2:]) + buf[limit:]
-
-    def encode_iterable(self, chunks: Iterable[str], *, allowed_special=frozenset(), disallowed_special="all",
-                        buffer_chars: int = 1 << 16) -> Iterator[int]:
-        """Encode a stream of strings lazily, in about `buffer_chars` of memory; same ids as `encode`."""
-        allowed, disallowed = self._resolve_special(allowed_special, disallowed_special)
-        hold = max(map(len, allowed | disallowed), default=1) - 1
-        parts, size, threshold = [], 0, buffer_chars
-        for chunk in chunks:
-            _check_text(chunk)
-            parts.append(chunk)
-            size += len(chunk)
-            if size >= threshold:
-                buf = "".join(parts)
-                self._check_disallowed(buf, disallowed)
-                ids, rest = self._encode_head(buf, allowed, hold)
-                yield from ids
-                parts, size = [rest], len(rest)
-                threshold = max(buffer_chars, 2 * size)  # little was emitted: wait for more before rescanning
-        yield from self.encode("".join(parts), allowed_special=allowed, disallowed_special=disallowed)
-
-
-# %% chapters/02_tokenizer.ipynb § Streaming in both directions
-def _complete_utf8_prefix(data: bytes) -> int:
-    """Length of `data` without a trailing UTF-8 character that still misses bytes."""
-    for i in range(len(data) - 1, max(len(data) - 4, -1), -1):
-        if data[i] < 0x80:
-            return len(data)  # ASCII: nothing pending
-        if data[i] >= 0xC0:  # a lead byte: has its character got all its bytes?
-            need = 2 if data[i] < 0xE0 else 3 if data[i] < 0xF0 else 4
-            return i if len(data) - i < need else len(data)
-    return len(data)  # continuation bytes without a lead: invalid, decode them now
-
-
-class IncrementalDetokenizer:
-    """Feed ids one at a time; get back only text whose UTF-8 bytes are complete.
-
-    The outputs of `step` and `flush` add up to exactly `tokenizer.decode(ids)`: bytes are only
-    held back before a byte that starts a character, where the UTF-8 decoder restarts anyway.
-    """
-
-    def __init__(self, tokenizer: Tokenizer):
-        self.tokenizer = tokenizer
-        self._pending = b""
-
-    def step(self, token_id: int) -> str:
-        data = self._pending + self.tokenizer.decode_bytes([token_id])
-        cut = _complete_utf8_prefix(data)
-        self._pending = data[cut:]
-        return data[:cut].decode("utf-8", errors="replace")
-
-    def flush(self) -> str:
-        """Emit what is held back; leftovers of an invalid sequence become U+FFFD, as in decode."""
-        data, self._pending = self._pending, b""
-        return data.decode("utf-8", errors="replace")
-
-
-__all__ = ['get_pair_counts', 'merge', 'pretokenize', 'train_bpe_naive', 'train_bpe', 'GPT2_SPLIT_PATTERN',
-           'GPT4_SPLIT_PATTERN', 'SPLIT_PATTERNS', 'HF_BYTELEVEL_PATTERN', 'get_pattern',
-           'UnknownTokenError', 'Tokenizer', 'CL100K_SPECIAL_TOKENS', 'UnsupportedTokenizerError',
-           'bytes_to_unicode', 'token_to_str', 'str_to_token', 'load_tiktoken_ranks', 'find_cl100k_file',
-           'cl100k_base', 'FORMAT_VERSION', 'IncrementalDetokenizer']
+__all__ = ['get_pair_counts', 'merge', 'GPT2_SPLIT_PATTERN', 'GPT4_SPLIT_PATTERN', 'SPLIT_PATTERNS',
+           'HF_BYTELEVEL_PATTERN', 'get_pattern', 'pretokenize', 'train_bpe_naive', 'train_bpe',
+           'UnknownTokenError', 'BPETokenizer', 'CL100K_SPECIAL_TOKENS', 'SpecialTokenizer',
+           'StreamingTokenizer', 'IncrementalDetokenizer', 'UnsupportedTokenizerError', 'bytes_to_unicode',
+           'token_to_str', 'str_to_token', 'load_tiktoken_ranks', 'find_cl100k_file', 'FORMAT_VERSION',
+           'Tokenizer', 'cl100k_base']

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -378,3 +379,20 @@ def test_incremental_detokenizer_matches_decode_on_invalid_bytes(trained):
     detok = IncrementalDetokenizer(trained)
     ids = [trained.encoder[b"\xe4"], trained.encoder[b"\xb8"]]
     assert [detok.step(i) for i in ids] == ["", ""] and detok.flush() == "\ufffd" == trained.decode(ids)
+
+
+def test_tokenizer_is_a_ladder_of_named_classes(trained):
+    """Each idea of chapter 2 is one named class; no class re-defines itself to grow."""
+    ladder = [T.Tokenizer, T.StreamingTokenizer, T.SpecialTokenizer, T.BPETokenizer]
+    assert list(Tokenizer.__mro__) == [*ladder, object]
+    source = Path(T.__file__).read_text("utf-8")
+    assert not re.search(r"^class (\w+)\(\1\)", source, re.M)
+    # constructors build the class they are called on; each rung adds its section's idea
+    merges, specials = trained.merges, trained.special_tokens
+    basic = T.BPETokenizer.from_merges(merges, "gpt4", specials)
+    assert type(basic) is T.BPETokenizer and not hasattr(basic, "encode")
+    assert basic.encode_ordinary("x = 1") == trained.encode("x = 1")
+    special = T.SpecialTokenizer.from_merges(merges, "gpt4", specials)
+    assert type(special) is T.SpecialTokenizer
+    assert not hasattr(special, "encode_iterable")
+    assert type(trained) is Tokenizer and repr(trained).startswith("Tokenizer(")
