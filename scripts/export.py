@@ -81,12 +81,14 @@ def public_names(code: str) -> list[str]:
 
 def render_module(module: str, nb_rel: str, cells: list[tuple[str, str]]) -> str:
     """The text of llmcore/<module>.py generated from `cells` of notebook `nb_rel`."""
-    out = [f"{MARKER}{nb_rel} by scripts/export.py. DO NOT EDIT.",
-           f"# Edit the `#| export {module}` cells of that notebook, then run `make export`."]
+    out = [f"{MARKER}{nb_rel} by scripts/export.py.",
+           f"# DO NOT EDIT: edit the `#| export {module}` cells there, then run `make export`."]
     for section, code in cells:
         out.append(f"\n\n# %% {nb_rel} § {section}\n{code}")
     names = public_names("\n\n".join(code for _, code in cells))
-    wrapped = textwrap.wrap(", ".join(repr(n) for n in names), width=96, break_long_words=False)
+    # 76 = 88 columns, the book's line length, less "__all__ = [" and the closing "]"
+    wrapped = textwrap.wrap(", ".join(repr(n) for n in names), width=76,
+                            break_long_words=False)
     out.append("\n\n__all__ = [" + "\n           ".join(wrapped) + "]\n")
     return "\n".join(out)
 
