@@ -5,8 +5,9 @@ import random
 import pytest
 import torch
 
-from llmcore.constrained import (OBJECT_START, VALUE_START, JsonConstraint, generate_json, is_complete,
-                                 json_state, json_step)
+from llmcore.constrained import (OBJECT_START, VALUE_START, JsonConstraint, is_complete, json_state,
+                                 json_step)
+from llmcore.generate import generate
 from llmcore.model import ModelConfig, Transformer
 from llmcore.pretrained import load_tokenizer
 from llmcore.sampling import SamplingParams
@@ -72,8 +73,9 @@ def test_sampled_outputs_always_parse_when_finished(tokenizer):
     constraint = JsonConstraint(tokenizer)
     finished = 0
     for seed in range(12):
-        text, finish = generate_json(model, tokenizer, [1, 2, 3], SamplingParams(temperature=1.0, max_tokens=40,
-                                                                                  seed=seed), constraint)
+        params = SamplingParams(temperature=1.0, max_tokens=40, seed=seed)
+        result = generate(model, tokenizer, [1, 2, 3], params, constraint=constraint)
+        text, finish = result.text, result.finish_reason
         if finish == "stop":
             assert isinstance(json.loads(text), dict)
             finished += 1
