@@ -112,10 +112,11 @@ def test_json_constrained_requests_finish_as_valid_json_next_to_free_ones():
     model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
                                     hidden_dim=48, max_position_embeddings=256)).eval()
     constraint = JsonConstraint(tokenizer)
-    engine = Engine(model, num_blocks=64, block_size=16, max_batch=8)
+    engine = Engine(model, num_blocks=64, block_size=16, max_batch=8, tokenizer=tokenizer,
+                    eos_token_ids=[])
     for i in range(6):
         engine.add_request(Request(f"json{i}", [1, 2, 3], SamplingParams(temperature=1.0, max_tokens=40, seed=i),
-                                   json_constraint=constraint))
+                                   constraint=constraint))
     engine.add_request(Request("free", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=12)))
     done = {c.request_id: c for c in engine.run()}
     assert done["free"].output_ids == _alone(model, Request("free", [1, 2, 3],
@@ -123,4 +124,4 @@ def test_json_constrained_requests_finish_as_valid_json_next_to_free_ones():
     finished = [c for c in done.values() if c.request_id != "free" and c.finish_reason == "stop"]
     assert finished
     for c in finished:
-        assert isinstance(json.loads(tokenizer.decode(c.output_ids)), dict)
+        assert c.text == tokenizer.decode(c.output_ids) and isinstance(json.loads(c.text), dict)

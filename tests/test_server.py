@@ -151,9 +151,12 @@ def test_json_object_responses_always_parse(served):
 
 
 def test_parse_completion_request_defaults():
-    prompt, params, stream, json_only = parse_completion_request({"prompt": "hi"}, [4095])
+    prompt, params, stream, json_only = parse_completion_request({"prompt": "hi"})
     assert prompt == "hi" and not stream and not json_only
-    assert parse_completion_request({"prompt": "hi", "response_format": {"type": "json_object"}}, [])[3]
+    assert parse_completion_request({"prompt": "hi", "response_format": {"type": "json_object"}})[3]
     with pytest.raises(ValueError, match="response_format"):
-        parse_completion_request({"prompt": "hi", "response_format": {"type": "xml"}}, [])
-    assert params.max_tokens == 16 and params.temperature == 1.0 and params.stop_token_ids == [4095]
+        parse_completion_request({"prompt": "hi", "response_format": {"type": "xml"}})
+    assert params.max_tokens == 16 and params.temperature == 1.0 and params.stop_token_ids == []
+    params = parse_completion_request({"prompt": "hi", "min_tokens": 2, "stop_token_ids": [7],
+                                       "include_stop_str_in_output": True})[1]
+    assert (params.min_tokens, params.stop_token_ids, params.include_stop_str_in_output) == (2, [7], True)
