@@ -15,6 +15,13 @@ def _model(seed, vocab=64, **overrides):
     return Transformer(ModelConfig(**cfg)).eval()
 
 
+def _spec(target, draft, prompt, n, k, **params):
+    """Token ids of a speculative generation of n tokens (greedy unless params say otherwise)."""
+    params = SamplingParams(**{"temperature": 0.0, "max_tokens": n, **params})
+    result, stats = speculative_generate(target, draft, None, prompt, params, k=k)
+    return result.token_ids, stats
+
+
 def _greedy(model, prompt, n):
     cache = KVCache(model.cfg, 1, len(prompt) + n, device="cpu", dtype=torch.float32)
     return greedy_generate(model, torch.tensor([prompt]), n, cache)[0].tolist()
@@ -63,7 +70,7 @@ def test_distribution_applies_the_sampling_parameters():
 @pytest.mark.parametrize("prompt", [[7], [3, 14, 15, 9, 26, 5]])
 def test_greedy_speculative_decoding_gives_the_targets_tokens(k, prompt):
     target, draft = _model(0), _model(1)
-    out, stats = speculative_generate(target, draft, prompt, 10, k=k)
+    out, stats = _spec(target, draft, prompt, 10, k)
     assert out == _greedy(target, prompt, 10)
     assert stats.target_passes <= 10 and stats.proposed == k * stats.target_passes
     assert sum(a + 1 for a in stats.accepted_per_pass) >= 10  # the last round may be cut short
@@ -71,18 +78,21 @@ def test_greedy_speculative_decoding_gives_the_targets_tokens(k, prompt):
 
 def test_a_draft_identical_to_the_target_is_always_accepted():
     target = _model(0)
-    out, stats = speculative_generate(target, _model(0), [1, 2, 3], 12, k=3)
+    out, stats = _spec(target, _model(0), [1, 2, 3], 12, 3)
     assert out == _greedy(target, [1, 2, 3], 12)
     assert stats.acceptance_rate == 1.0 and stats.tokens_per_pass == 4.0
 
 
 def test_bundled_models_greedy_equivalence():
+    from llmcore.generate import generate
     from llmcore.pretrained import load
     target, tokenizer = load("tiny", device="cpu", dtype=torch.float32)
     draft, _ = load("tiny-draft", device="cpu", dtype=torch.float32)
-    prompt = tokenizer.encode("def add(a, b):\n")
-    out, stats = speculative_generate(target, draft, prompt, 24, k=4)
-    assert out == _greedy(target, prompt, 24)
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    result, stats = speculative_generate(target, draft, tokenizer, "def add(a, b):\n", params, k=4)
+    expected = generate(target, tokenizer, "def add(a, b):\n", params)
+    assert (result.token_ids, result.text) == (expected.token_ids, expected.text)
+    assert result.usage.completion_tokens == len(result.token_ids)
     assert stats.acceptance_rate > 0.2  # the draft learned the same corpus: it is right fairly often
 
 
@@ -92,35 +102,42 @@ def test_sampled_speculative_decoding_follows_the_targets_distribution():
     with torch.no_grad():
         p1 = target(torch.tensor([prompt]))[0, -1].softmax(-1)
         p2 = sum(p1[x] * target(torch.tensor([prompt + [x]]))[0, -1].softmax(-1) for x in range(6))
-    gen = torch.Generator().manual_seed(0)
     firsts, seconds = torch.zeros(6), torch.zeros(6)
-    for _ in range(runs):
-        out, _ = speculative_generate(target, draft, prompt, 2, k=2, params=SamplingParams(temperature=1.0),
-                                      generator=gen)
+    for seed in range(runs):
+        out, _ = _spec(target, draft, prompt, 2, 2, temperature=1.0, seed=seed)
         firsts[out[0]] += 1
         seconds[out[1]] += 1
     assert (firsts / runs - p1).abs().max() < 0.05
     assert (seconds / runs - p2).abs().max() < 0.05
 
 
-def test_stop_tokens_and_seeded_sampling():
+def test_min_tokens_bans_stop_ids_in_draft_and_target():
     target, draft = _model(0), _model(1)
     greedy = _greedy(target, [5, 6], 12)
-    out, _ = speculative_generate(target, draft, [5, 6], 12, k=3, stop_token_ids=(greedy[4],))
-    assert out == greedy[:greedy.index(greedy[4]) + 1]  # stops after the first stop token, included
-    params = SamplingParams(temperature=0.9, top_p=0.9)
-    first = speculative_generate(target, draft, [5, 6], 12, k=3, params=params, generator=torch.Generator().manual_seed(3))
-    again = speculative_generate(target, draft, [5, 6], 12, k=3, params=params, generator=torch.Generator().manual_seed(3))
-    assert first[0] == again[0] and len(first[0]) == 12
+    stop = greedy[1]
+    out, _ = _spec(target, draft, [5, 6], 12, 3, stop_token_ids=[stop])
+    assert out == greedy[:2]  # stops on the stop id, which is counted
+    out, _ = _spec(target, draft, [5, 6], 12, 3, stop_token_ids=[stop], min_tokens=4)
+    assert stop not in out[:4] and len(out) > 4
+
+
+def test_seeded_sampling_is_reproducible():
+    target, draft = _model(0), _model(1)
+    first = _spec(target, draft, [5, 6], 12, 3, temperature=0.9, top_p=0.9, seed=3)[0]
+    again = _spec(target, draft, [5, 6], 12, 3, temperature=0.9, top_p=0.9, seed=3)[0]
+    assert first == again and len(first) == 12
 
 
 def test_speculative_generate_argument_errors():
     target, draft = _model(0), _model(1)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
     with pytest.raises(ValueError, match="repetition_penalty"):
-        speculative_generate(target, draft, [1], 4, params=SamplingParams(repetition_penalty=1.2))
+        speculative_generate(target, draft, None, [1], SamplingParams(repetition_penalty=1.2))
     with pytest.raises(ValueError, match="share one tokenizer"):
-        speculative_generate(target, _model(1, vocab=32), [1], 4)
+        speculative_generate(target, _model(1, vocab=32), None, [1], params)
     with pytest.raises(ValueError, match="k >= 1"):
-        speculative_generate(target, draft, [1], 4, k=0)
+        speculative_generate(target, draft, None, [1], params, k=0)
     with pytest.raises(ValueError, match="non-empty prompt"):
-        speculative_generate(target, draft, [], 4)
+        speculative_generate(target, draft, None, [], params)
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        speculative_generate(target, draft, None, "text", params)
