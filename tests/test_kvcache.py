@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llmcore.kvcache import (CompiledDecodeTransformer, KVCache, compile_decode_steps, decode_step, greedy_generate,
-                             greedy_generate_uncached, kv_cache_bytes, max_concurrent_sequences, prefill)
+from llmcore.kvcache import (KVCache, decode_step, greedy_generate, greedy_generate_uncached, kv_cache_bytes,
+                             max_concurrent_sequences, prefill)
 from llmcore.model import ModelConfig, Transformer
 from llmcore.profile import MODEL_SHAPES
 
@@ -109,118 +109,13 @@ def test_generate_argument_errors():
     cache = KVCache(model.cfg, 2, 20, device="cpu", dtype=torch.float32)
     with pytest.raises(ValueError, match="cached_len=9 must be in"):
         greedy_generate(model, _prompt(), 3, cache, cached_len=9)
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         greedy_generate(model, _prompt(), 0, cache)
 
 
-# --- one compiled graph per decode step (compile_decode_steps) ---------------------------------------
-
-LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_max_position_embeddings": 16}
-
-
-def _count_ordinary_decode_steps(monkeypatch) -> list:
-    """Record the sequence length of every call that reaches the ordinary Transformer.forward."""
-    calls, ordinary = [], Transformer.forward
-
-    def spy(self, input_ids, *args, **kwargs):
-        calls.append(input_ids.shape[1])
-        return ordinary(self, input_ids, *args, **kwargs)
-    monkeypatch.setattr(Transformer, "forward", spy)
-    return calls
-
-
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"n_kv_heads": 4, "qk_norm": True, "attention_bias": True, "attention_out_bias": True, "mlp_bias": True,
-     "sliding_window": 5, "rope_scaling": LLAMA3_SCALING, "tie_word_embeddings": True},
-])
-def test_compiled_decode_steps_match_the_ordinary_forward(overrides, monkeypatch):
-    reference, model = _model(**overrides), compile_decode_steps(_model(**overrides))
-    prompt = _prompt(batch=1)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    caches = [KVCache(model.cfg, 1, 24, device="cpu", dtype=torch.float32) for _ in range(2)]
-    calls = _count_ordinary_decode_steps(monkeypatch)
-    expected = [prefill(reference, prompt, caches[0])]
-    got = [prefill(model, prompt, caches[1])]
-    for p in range(prompt.shape[1], 24):
-        expected.append(decode_step(reference, expected[-1].argmax(-1), caches[0], p))
-        got.append(decode_step(model, expected[-2].argmax(-1), caches[1], p))
-    assert calls.count(1) == len(got) - 1, "the reference's steps only: the compiled model never ran them"
-    torch.testing.assert_close(torch.stack(got), torch.stack(expected), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-5, rtol=0)  # the same cache contents
-    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())  # nothing written to weights
-    assert torch.equal(greedy_generate(model, prompt, 12, caches[1]), greedy_generate_uncached(reference, prompt, 12))
-
-
-def test_compiled_decode_steps_read_the_current_weights():
-    reference, model = _model(), compile_decode_steps(_model())
-    prompt = _prompt(batch=1)
-    caches = [KVCache(model.cfg, 1, 12, device="cpu", dtype=torch.float32) for _ in range(2)]
-    token = prefill(reference, prompt, caches[0]).argmax(-1)
-    prefill(model, prompt, caches[1])
-    decode_step(model, token, caches[1], 9)  # compiles
-    with torch.no_grad():
-        for m in (reference, model):
-            m.blocks[1].mlp.down_proj.weight.mul_(3.0)  # in place
-            m.blocks[0].attn.q_proj.weight = torch.nn.Parameter(m.blocks[0].attn.q_proj.weight.flip(0))  # replaced
-    for position in (9, 10):
-        torch.testing.assert_close(decode_step(model, token, caches[1], position),
-                                   decode_step(reference, token, caches[0], position), atol=1e-5, rtol=1e-5)
-
-
-def test_compiled_decode_steps_leave_other_calls_and_bad_input_to_the_ordinary_path(monkeypatch):
-    model = compile_decode_steps(_model())
-    assert compile_decode_steps(model) is model and type(model).__name__ == "CompiledDecodeTransformer"
-    cache = KVCache(model.cfg, 1, 12, device="cpu", dtype=torch.float32)
-    prefill(model, _prompt(batch=1), cache)
-    with pytest.raises(ValueError, match="position 12 does not fit in a KVCache with max_len=12"):
-        decode_step(model, torch.tensor([3]), cache, 12)
-    with pytest.raises(IndexError):  # a token id outside the vocabulary, as in the ordinary forward pass
-        decode_step(model, torch.tensor([TINY["vocab_size"]]), cache, 9)
-    calls = _count_ordinary_decode_steps(monkeypatch)
-    batch_cache = KVCache(model.cfg, 2, 12, device="cpu", dtype=torch.float32)
-    prefill(model, _prompt(batch=2), batch_cache)
-    decode_step(model, torch.tensor([3, 4]), batch_cache, 9)  # two sequences
-    with torch.no_grad():
-        model(torch.tensor([[3]]), positions=torch.tensor([9]))  # no cache
-    with torch.enable_grad():
-        model(torch.tensor([[3]]), positions=torch.tensor([9]), kv_cache=cache)  # autograd wants the modules
-    assert calls == [9, 1, 1, 1]
-    with pytest.raises(TypeError, match="needs an llmcore Transformer"):
-        compile_decode_steps(torch.nn.Linear(2, 2))
-
-
-def test_a_failing_compiler_turns_compiled_decode_steps_off_with_a_warning(monkeypatch):
-    from llmcore import kvcache
-
-    def broken(*key, dynamic=False, options=None):
-        def step(*args):
-            raise RuntimeError("no C++ compiler")
-        return step
-    monkeypatch.setattr(kvcache, "_compiled", broken)
-    monkeypatch.setattr(CompiledDecodeTransformer, "compile_steps", True)
-    reference, model = _model(), compile_decode_steps(_model())
-    caches = [KVCache(model.cfg, 1, 12, device="cpu", dtype=torch.float32) for _ in range(2)]
-    token = prefill(reference, _prompt(batch=1), caches[0]).argmax(-1)
-    prefill(model, _prompt(batch=1), caches[1])
-    with pytest.warns(RuntimeWarning, match="compiled decode steps are off .*no C\\+\\+ compiler"):
-        got = decode_step(model, token, caches[1], 9)
-    assert not CompiledDecodeTransformer.compile_steps
-    torch.testing.assert_close(got, decode_step(reference, token, caches[0], 9), atol=1e-6, rtol=0)
-
-
-def test_compiled_decode_steps_compile_once_per_kind_of_cache():
-    from torch._dynamo.utils import counters
-    reference, model = _model(n_layers=2), compile_decode_steps(_model(n_layers=2))
-    prompt = _prompt(batch=1)
-    before = counters["stats"]["unique_graphs"]
-    for max_len in (20, 27, 33, 41, 50, 58, 64, 71, 80, 96):  # more caches than torch.compile keeps graphs
-        if max_len % 2:
-            cache = KVCache(model.cfg, 1, max_len, device="cpu", dtype=torch.float32)
-        else:
-            with torch.inference_mode():  # a cache of inference tensors is another kind of input
-                cache = KVCache(model.cfg, 1, max_len, device="cpu", dtype=torch.float32)
-        got = greedy_generate(model, prompt, max_len - prompt.shape[1], cache)
-        assert torch.equal(got, greedy_generate_uncached(reference, prompt, max_len - prompt.shape[1]))
-    assert counters["stats"]["unique_graphs"] - before <= 2, "a new cache length must not compile a new graph"
+def test_max_tokens_is_the_third_argument_by_name_too():
+    model = _model()
+    prompt = _prompt()
+    cache = KVCache(model.cfg, 2, 14, device="cpu", dtype=torch.float32)
+    assert torch.equal(greedy_generate(model, prompt, max_tokens=5, kv_cache=cache),
+                       greedy_generate_uncached(model, prompt, max_tokens=5))

@@ -1,0 +1,209 @@
+"""Tests for llmcore.fast: FastDecoder gives the model's results on every path it takes."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import llmcore.fast as fast
+from llmcore.fast import FastDecoder
+from llmcore.kvcache import (KVCache, decode_step, greedy_generate, greedy_generate_uncached,
+                             prefill)
+from llmcore.model import ModelConfig, Transformer
+from llmcore.paged import PagedKVCache
+
+TINY = dict(vocab_size=256, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, hidden_dim=96)
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+VARIANTS = [{}, {"tie_word_embeddings": True}, {"attention_bias": True},
+            {"attention_bias": True, "attention_out_bias": True, "mlp_bias": True},
+            {"qk_norm": True, "head_dim": 32}, {"n_kv_heads": 1}, {"sliding_window": 5},
+            {"attn_impl": "explicit"}]
+EVERYTHING = {"n_kv_heads": 4, "qk_norm": True, "attention_bias": True,
+              "attention_out_bias": True, "mlp_bias": True, "sliding_window": 5,
+              "rope_scaling": LLAMA3_SCALING, "tie_word_embeddings": True}
+
+
+def _model(**overrides):
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**{**TINY, **overrides})).eval()
+
+
+def _prompt(batch=1, length=9, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY["vocab_size"], (batch, length), generator=gen)
+
+
+def _cache(cfg, max_len, batch=1):
+    return KVCache(cfg, batch, max_len, device="cpu", dtype=torch.float32)
+
+
+def _count_model_calls(monkeypatch) -> list:
+    """Record the sequence length of every call that reaches Transformer.forward."""
+    calls, ordinary = [], Transformer.forward
+
+    def spy(self, input_ids, *args, **kwargs):
+        calls.append(input_ids.shape[1])
+        return ordinary(self, input_ids, *args, **kwargs)
+    monkeypatch.setattr(Transformer, "forward", spy)
+    return calls
+
+
+@pytest.mark.parametrize("overrides", [{}, EVERYTHING])
+def test_compiled_decode_steps_match_the_model(overrides, monkeypatch):
+    model = _model(**overrides)
+    fast_model = FastDecoder(model)
+    prompt = _prompt()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    caches = [_cache(model.cfg, 24) for _ in range(2)]
+    calls = _count_model_calls(monkeypatch)
+    expected = [prefill(model, prompt, caches[0])]
+    got = [prefill(fast_model, prompt, caches[1])]
+    for p in range(prompt.shape[1], 24):
+        expected.append(decode_step(model, expected[-1].argmax(-1), caches[0], p))
+        got.append(decode_step(fast_model, expected[-2].argmax(-1), caches[1], p))
+    assert calls == [9] + [1] * (len(got) - 1), "FastDecoder never called the model"
+    torch.testing.assert_close(torch.stack(got), torch.stack(expected), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-5, rtol=0)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(greedy_generate(fast_model, prompt, 12, caches[1]),
+                       greedy_generate_uncached(model, prompt, 12))
+    assert any(key[0] == "decode_graph" for key in fast._COMPILED)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS + [EVERYTHING])
+def test_few_rows_match_the_model_with_and_without_a_cache(overrides):
+    model = _model(**overrides)
+    fast_model = FastDecoder(model, compile=False)
+    ids = _prompt(length=12)
+    with torch.inference_mode():
+        full = model(ids)
+        torch.testing.assert_close(fast_model(ids), full, atol=1e-5, rtol=1e-5)
+        positions = torch.arange(20, 32)[None]
+        torch.testing.assert_close(fast_model(ids, positions=positions),
+                                   model(ids, positions=positions), atol=1e-5, rtol=1e-5)
+        cache = _cache(model.cfg, 12)
+        got = [fast_model(ids[:, :4], positions=torch.arange(4), kv_cache=cache)]
+        got += [fast_model(ids[:, 4:9], positions=torch.arange(4, 9), kv_cache=cache)]
+        got += [decode_step(fast_model, ids[:, p], cache, p)[:, None] for p in (9, 10, 11)]
+    torch.testing.assert_close(torch.cat(got, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert torch.equal(greedy_generate(fast_model, ids[:, :5], 10, _cache(model.cfg, 15)),
+                       greedy_generate_uncached(model, ids[:, :5], 10))
+
+
+def test_the_model_is_wrapped_not_changed():
+    model = _model(tie_word_embeddings=True)
+    types_before = [type(m) for m in model.modules()]
+    fast_model = FastDecoder(model)
+    greedy_generate(fast_model, _prompt(), 6, _cache(model.cfg, 15))
+    assert [type(m) for m in model.modules()] == types_before
+    assert fast_model.model is model and fast_model.cfg is model.cfg
+    assert fast_model.device == model.device and fast_model.dtype == model.dtype
+    assert list(fast_model.state_dict()) == [f"model.{k}" for k in model.state_dict()]
+    assert all(a is b for a, b in zip(fast_model.parameters(), model.parameters()))
+    with pytest.raises(TypeError, match="wraps an llmcore Transformer"):
+        FastDecoder(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("compile", [True, False])
+def test_fast_paths_read_the_current_weights(compile):
+    reference, model = _model(), _model()
+    fast_model = FastDecoder(model, compile=compile)
+    prompt = _prompt()
+    caches = [_cache(model.cfg, 12) for _ in range(2)]
+    token = prefill(reference, prompt, caches[0]).argmax(-1)
+    prefill(fast_model, prompt, caches[1])
+    decode_step(fast_model, token, caches[1], 9)  # compiles, or makes the stacked copies
+    with torch.no_grad():
+        for m in (reference, model):
+            m.blocks[1].mlp.down_proj.weight.mul_(3.0)  # in place
+            m.blocks[0].attn.k_proj.weight.mul_(-2.0)  # in place, in a stacked group
+            q = m.blocks[0].attn.q_proj
+            q.weight = torch.nn.Parameter(q.weight.flip(0))  # replaced
+    for position in (9, 10):
+        torch.testing.assert_close(decode_step(fast_model, token, caches[1], position),
+                                   decode_step(reference, token, caches[0], position),
+                                   atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        ids = prompt[:, :4]
+        torch.testing.assert_close(fast_model(ids), reference(ids), atol=1e-5, rtol=1e-5)
+        model.to(torch.bfloat16)
+        reference.to(torch.bfloat16)
+        torch.testing.assert_close(fast_model(ids).float(), reference(ids).float(),
+                                   atol=2e-2, rtol=2e-2)
+
+
+def test_other_calls_and_bad_input_take_the_models_path(monkeypatch):
+    model = _model()
+    fast_model = FastDecoder(model)
+    cache = _cache(model.cfg, 12)
+    prefill(fast_model, _prompt(), cache)
+    with pytest.raises(ValueError, match="position 12 does not fit in a KVCache"):
+        decode_step(fast_model, torch.tensor([3]), cache, 12)
+    with pytest.raises(IndexError):  # a token outside the vocabulary, as in the model
+        decode_step(fast_model, torch.tensor([TINY["vocab_size"]]), cache, 9)
+    calls = _count_model_calls(monkeypatch)
+    batch_cache = _cache(model.cfg, 12, batch=2)
+    prefill(fast_model, _prompt(batch=2), batch_cache)  # two sequences
+    with torch.no_grad():
+        fast_model(_prompt(length=40))  # more rows than max_rows
+        fast_model(_prompt(), attention_mask=torch.ones(1, 9))  # a padding mask
+        fast_model(_prompt(), return_hidden_states=True)
+        paged = PagedKVCache(model.cfg, num_blocks=4, block_size=4, device="cpu",
+                             dtype=torch.float32)
+        paged.add_sequence(0)
+        paged.set_batch([0])
+        fast_model(_prompt(length=3), positions=torch.arange(3), kv_cache=paged)
+    with torch.enable_grad():  # autograd wants the modules
+        fast_model(torch.tensor([[3]]), positions=torch.tensor([9]), kv_cache=cache)
+    assert calls == [9, 40, 9, 9, 3, 1]
+
+
+def test_a_failing_compiler_turns_this_decoders_compiled_steps_off(monkeypatch):
+    def broken(*key, dynamic=False, options=None):
+        def step(*args):
+            raise RuntimeError("no C++ compiler")
+        return step
+    monkeypatch.setattr(fast, "compiled", broken)
+    reference, model = _model(), _model()
+    fast_model, other = FastDecoder(model), FastDecoder(model)
+    caches = [_cache(model.cfg, 12) for _ in range(2)]
+    token = prefill(reference, _prompt(), caches[0]).argmax(-1)
+    prefill(fast_model, _prompt(), caches[1])
+    with pytest.warns(RuntimeWarning, match="compiled decode steps are off .*no C\\+\\+ compiler"):
+        got = decode_step(fast_model, token, caches[1], 9)
+    assert not fast_model.compile and other.compile  # per instance, not a global switch
+    torch.testing.assert_close(got, decode_step(reference, token, caches[0], 9),
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-5, rtol=0)
+
+
+def test_compiled_steps_compile_once_per_kind_of_cache():
+    from torch._dynamo.utils import counters
+    reference = _model(n_layers=2)
+    fast_model = FastDecoder(_model(n_layers=2))
+    prompt = _prompt()
+    before = counters["stats"]["unique_graphs"]
+    for max_len in (20, 27, 33, 41, 50, 58, 64, 71, 80, 96):  # more than compile keeps
+        if max_len % 2:
+            cache = _cache(reference.cfg, max_len)
+        else:
+            with torch.inference_mode():  # a cache of inference tensors is another kind
+                cache = _cache(reference.cfg, max_len)
+        n = max_len - prompt.shape[1]
+        got = greedy_generate(fast_model, prompt, n, cache)
+        assert torch.equal(got, greedy_generate_uncached(reference, prompt, n))
+    assert counters["stats"]["unique_graphs"] - before <= 2, "a new length compiled again"
+
+
+FORBIDDEN = r"torch\.compile|torch\._dynamo|torch\._inductor|mkldnn"
+
+
+def test_only_the_fast_path_compiles_and_nothing_imports_it():
+    package = Path(fast.__file__).parent
+    for path in package.glob("*.py"):
+        text = path.read_text()
+        if path.name != "fast.py":
+            assert not re.search(FORBIDDEN, text), path
+        if path.stem in ("kvcache", "profile", "model", "attention"):
+            assert "llmcore.fast" not in text and "from .fast" not in text, path
