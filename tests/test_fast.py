@@ -207,3 +207,15 @@ def test_only_the_fast_path_compiles_and_nothing_imports_it():
             assert not re.search(FORBIDDEN, text), path
         if path.stem in ("kvcache", "profile", "model", "attention"):
             assert "llmcore.fast" not in text and "from .fast" not in text, path
+
+
+def test_loops_that_take_a_model_take_a_fast_decoder():
+    from llmcore.sampling import SamplingParams
+    from llmcore.speculative import speculative_generate
+    target, draft = _model(), _model(n_layers=1)
+    prompt = _prompt()[0].tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    plain = speculative_generate(target, draft, None, prompt, params, k=3)[0]
+    fast_result = speculative_generate(FastDecoder(target), FastDecoder(draft), None, prompt,
+                                       params, k=3)[0]
+    assert fast_result.token_ids == plain.token_ids
