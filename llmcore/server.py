@@ -114,6 +114,9 @@ class CompletionServer:
                     self._forward(request_id, state.reply.released)
                 for completion in finished:
                     self._forward(completion.request_id, completion.text, completion)
+            # Let the HTTP threads in between steps: a lock released and at once taken
+            # again by the same thread would keep a cancel or a new request waiting.
+            time.sleep(0)
 
     def _forward(self, request_id: str, released: str,
                  completion: Completion | None = None) -> None:
