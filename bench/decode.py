@@ -121,7 +121,9 @@ def bench(name: str, args, workdir: Path) -> None:
     ratio = median(ours_ / theirs_ for ours_, theirs_ in zip(rates[fast], rates["transformers"]))
     frac = median(r / roof for r, roof in zip(rates[fast], rooflines))
     print(f"FastDecoder / transformers (median of rounds): {ratio:.2f}x   target > 1x: {'met' if ratio > 1 else 'MISSED'}")
-    print(f"FastDecoder / roofline (median of rounds)    : {frac:.0%}    target >= 70%: {'met' if frac >= 0.7 else 'MISSED'}")
+    verdict = ("target >= 70%: " + ("met" if frac >= 0.7 else "MISSED") if name == "smollm2-135m"
+               else "(the 70% target is set for the smollm2-135m shape)")
+    print(f"FastDecoder / roofline (median of rounds)    : {frac:.0%}    {verdict}")
     streamed = median(rates[fast]) * weight_bytes
     print(f"  FastDecoder streams its weights at {streamed / 1e9:.1f} GB/s; the copies moved {median(bandwidths) / 1e9:.1f} "
           f"GB/s counting what they read and wrote ({median(bandwidths) / 2e9:.1f} GB/s of reads). "
