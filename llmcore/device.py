@@ -3,7 +3,8 @@
 
 
 # %% chapters/00_setup.ipynb § Choosing a device
-"""Where llmcore runs: device choice (CUDA > MPS > CPU), dtype policy, seeding and timing helpers."""
+"""Where llmcore runs: device choice (CUDA > MPS > CPU), dtype policy, seeding and
+timing helpers."""
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,7 @@ def available_devices() -> list[str]:
 
 
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
-    """The device to run on: `preferred`, else $LLMCORE_DEVICE, else the fastest available."""
+    """The device to run on: `preferred`, else $LLMCORE_DEVICE, else the fastest one."""
     source = "pick_device(preferred=...)"
     if preferred is None:
         preferred = os.environ.get(DEVICE_ENV, "").strip() or None
@@ -41,16 +42,17 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
     except (RuntimeError, TypeError):
         device = None
     if device is None or device.type not in DEVICE_TYPES:
-        raise ValueError(f"{source} is {str(preferred)!r}, which is not a device llmcore supports; "
-                         f"use one of 'cuda', 'cuda:N', 'mps' or 'cpu'")
+        supported = "'cuda', 'cuda:N', 'mps' or 'cpu'"
+        raise ValueError(f"{source} is {str(preferred)!r}, which is not a device "
+                         f"llmcore supports; use one of {supported}")
     have = available_devices()
     if device.type not in have:
-        raise RuntimeError(f"{source} asks for {str(preferred)!r} but this machine has only {have}; "
-                           f"choose one of those (or unset {DEVICE_ENV})")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise RuntimeError(f"{source} asks for {str(preferred)!r} but only "
-                           f"{torch.cuda.device_count()} CUDA device(s) exist; use cuda:0 .. "
-                           f"cuda:{torch.cuda.device_count() - 1}")
+        raise RuntimeError(f"{source} asks for {str(preferred)!r} but this machine has "
+                           f"only {have}; choose one of those (or unset {DEVICE_ENV})")
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.type == "cuda" and device.index is not None and device.index >= count:
+        raise RuntimeError(f"{source} asks for {str(preferred)!r} but only {count} "
+                           f"CUDA device(s) exist; use cuda:0 .. cuda:{count - 1}")
     return device
 
 
@@ -66,7 +68,7 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     """The compute dtype llmcore uses on `device` when nobody asks for another."""
     device = torch.device(device)
     if device.type == "cuda":
-        # Native support only: bfloat16 emulated on an older GPU (a T4) is slower than float16.
+        # Native support only: bfloat16 emulated on an older GPU (a T4) is slower.
         native = torch.cuda.is_bf16_supported(including_emulation=False)
         return torch.bfloat16 if native else torch.float16
     if device.type == "mps":
@@ -74,15 +76,18 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
-    """`dtype` as a torch.dtype: an explicit value, else $LLMCORE_DTYPE, else the device default."""
+def resolve_dtype(dtype: str | torch.dtype | None,
+                  device: str | torch.device) -> torch.dtype:
+    """`dtype` as a torch.dtype: an explicit value, else $LLMCORE_DTYPE, else the
+    device's default."""
     if dtype is None:
         dtype = os.environ.get(DTYPE_ENV, "").strip() or None
     if dtype is None:
         return default_dtype(device)
     if isinstance(dtype, torch.dtype):
         if dtype not in DTYPE_ALIASES.values():
-            raise ValueError(f"dtype {dtype} is not supported for inference; use float32, bfloat16 or float16")
+            raise ValueError(f"dtype {dtype} is not supported for inference; use "
+                             "float32, bfloat16 or float16")
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
@@ -92,7 +97,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -
 
 # %% chapters/00_setup.ipynb § Reproducibility: seeds
 def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's (if installed) and torch's global generators, on every device."""
+    """Seed Python's, NumPy's (if installed) and torch's global generators, on every
+    device."""
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     random.seed(seed)
@@ -106,11 +112,12 @@ def seed_everything(seed: int) -> None:
 
 @contextlib.contextmanager
 def deterministic(enabled: bool = True):
-    """Within the block, ask torch for deterministic kernels (slower; errors where none exists)."""
+    """Within the block, ask torch for deterministic kernels (slower; an error where
+    none exists)."""
     before = torch.are_deterministic_algorithms_enabled()
     benchmark = torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(enabled)
-    torch.backends.cudnn.benchmark = False  # autotuning may pick a different kernel per run
+    torch.backends.cudnn.benchmark = False  # autotuning may pick another kernel per run
     try:
         yield
     finally:
@@ -119,7 +126,8 @@ def deterministic(enabled: bool = True):
 
 
 def synchronize(device: str | torch.device) -> None:
-    """Wait until queued work on `device` has finished, so a timer measures the work itself."""
+    """Wait until queued work on `device` has finished, so a timer measures the work
+    itself."""
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

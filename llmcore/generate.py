@@ -74,29 +74,33 @@ class Delta:
 
 
 # %% chapters/08_stopping_streaming.ipynb § Stop strings end anywhere
-def find_stop(text: str, stops: Sequence[str], checked: int = 0) -> tuple[int, str] | None:
+def find_stop(text: str, stops: Sequence[str],
+              checked: int = 0) -> tuple[int, str] | None:
     """(start, stop string) of the stop string that completes first in `text`, or None.
 
     Only matches that end after `checked` count (text up to there was searched before).
-    "First" means reading left to right: the smallest end; on a tie, the longer string (it starts
-    earlier). The rule does not depend on how the text was split into tokens.
+    "First" means reading left to right: the smallest end; on a tie, the longer string
+    (it starts earlier). The rule does not depend on how the text was split into tokens.
     """
     best = None
     for stop in stops:
         start = text.find(stop, max(0, checked - len(stop) + 1))
-        if start >= 0 and (best is None or (start + len(stop), start) < (best[0] + len(best[1]), best[0])):
+        # Order matches by (end, start): the earliest end, then the earlier start.
+        if start >= 0 and (best is None or (start + len(stop), start)
+                           < (best[0] + len(best[1]), best[0])):
             best = (start, stop)
     return best
 
 
 # %% chapters/08_stopping_streaming.ipynb § Streaming without leaking a stop string
 class StopChecker:
-    """Collects the completion's text piece by piece, cuts it at the first stop string, and says
-    which part of it is safe to stream now.
+    """Collects the completion's text piece by piece, cuts it at the first stop string,
+    and says which part of it is safe to stream now.
 
     `add(piece)` returns the new text that can be released: everything except the last
-    len(longest stop) - 1 characters, which might be the beginning of a stop string that the next
-    piece completes. `finish()` releases what is still held. The released pieces add up to `text`.
+    len(longest stop) - 1 characters, which might be the beginning of a stop string
+    that the next piece completes. `finish()` releases what is still held. The released
+    pieces add up to `text`.
     """
 
     def __init__(self, stops: Sequence[str] = (), include_stop: bool = False):
@@ -107,7 +111,8 @@ class StopChecker:
         self.stop: str | None = None  # the stop string that matched
 
     def add(self, piece: str, check: bool = True) -> str:
-        """Append `piece`; look for stop strings ending in it unless check=False (min_tokens)."""
+        """Append `piece`; look for stop strings ending in it unless check=False
+        (within min_tokens)."""
         if self.stop is not None:
             raise RuntimeError(f"the text already ended at stop string {self.stop!r}")
         checked, self.text = len(self.text), self.text + piece

@@ -4,14 +4,14 @@
 
 # %% chapters/10_speculative.ipynb § Guess, then check
 """Speculative decoding: a small draft model guesses k tokens, the target model checks
-them all in one forward pass, and every token that comes out has exactly the distribution
-the target alone would have produced (greedy: exactly the same tokens).
+them all in one forward pass, and every token that comes out has exactly the
+distribution the target alone would have produced (greedy: exactly the same tokens).
 
-`accept_greedy` and `accept_sampled` are the two acceptance rules; `speculative_generate`
-runs the loop with a KV cache per model. Both caches are written by position
-(llmcore.kvcache), so a rejected guess needs no undo: its slots are overwritten by the
-next pass. The accepted tokens go through chapter 8's `Reply`, so a reply stops and reads
-exactly as `generate()`'s would.
+`accept_greedy` and `accept_sampled` are the two acceptance rules;
+`speculative_generate` runs the loop with a KV cache per model. Both caches are written
+by position (llmcore.kvcache), so a rejected guess needs no undo: its slots are
+overwritten by the next pass. The accepted tokens go through chapter 8's `Reply`, so a
+reply stops and reads exactly as `generate()`'s would.
 """
 from __future__ import annotations
 
@@ -28,18 +28,21 @@ from llmcore.sampling import Sampler, SamplingParams, make_generator
 from llmcore.tokenizer import Tokenizer
 
 
-def accept_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
-    """Greedy verification. target_logits (k + 1, vocab): the target's logits after the last
-    accepted token and after each of the k draft tokens; draft_tokens (k,).
+def accept_greedy(target_logits: torch.Tensor,
+                  draft_tokens: torch.Tensor) -> tuple[int, int]:
+    """Greedy verification. target_logits (k + 1, vocab): the target's logits after the
+    last accepted token and after each of the k draft tokens; draft_tokens (k,).
 
-    Returns (accepted, next_token): the draft tokens agree with the target's own choices up to
-    `accepted`; next_token is the target's choice after them (a correction, or a bonus token when
-    all k were right). The tokens out are exactly what greedy decoding of the target would give.
+    Returns (accepted, next_token): the draft tokens agree with the target's own choices
+    up to `accepted`; next_token is the target's choice after them (a correction, or a
+    bonus token when all k were right). The tokens out are exactly what greedy decoding
+    of the target would give.
     """
     k = draft_tokens.shape[0]
     if target_logits.dim() != 2 or target_logits.shape[0] != k + 1:
-        raise ValueError(f"target_logits must have shape (k + 1, vocab) = ({k + 1}, vocab) for {k} draft "
-                         f"tokens, got {tuple(target_logits.shape)}")
+        raise ValueError(f"target_logits must have shape (k + 1, vocab) = ({k + 1}, "
+                         f"vocab) for {k} draft tokens, got "
+                         f"{tuple(target_logits.shape)}")
     choices = target_logits.argmax(dim=-1)
     agree = (choices[:k] == draft_tokens).int()
     accepted = int(agree.cumprod(dim=0).sum())  # length of the agreeing prefix
@@ -47,32 +50,36 @@ def accept_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """max(0, p - q), normalised: where the target puts more probability than the draft did.
+    """max(0, p - q), normalised: where the target puts more probability than the draft.
     Sampling from it after a rejection makes the overall output follow p exactly."""
     r = (p - q).clamp(min=0)
     total = r.sum(dim=-1, keepdim=True)
-    # total == 0 only if p == q, and then nothing is ever rejected; fall back to p to stay defined.
+    # total == 0 only if p == q, and then nothing is ever rejected: fall back to p.
     return torch.where(total > 0, r / total.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
-def accept_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+def accept_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor,
+                   draft_tokens: torch.Tensor,
                    generator: torch.Generator | None = None) -> tuple[int, int]:
-    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023). target_probs (k + 1, vocab),
-    draft_probs (k, vocab): the distributions each model sampled from at each position;
-    draft_tokens (k,): the draft's samples.
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023). target_probs
+    (k + 1, vocab), draft_probs (k, vocab): the distributions each model sampled from at
+    each position; draft_tokens (k,): the draft's samples.
 
-    Draft token x at position i is kept with probability min(1, p_i(x) / q_i(x)). At the first
-    rejection the token is drawn from residual_distribution(p_i, q_i) instead and the rest are
-    dropped; if all k are kept, a bonus token is drawn from p_{k+1}. Returns (accepted, next_token).
+    Draft token x at position i is kept with probability min(1, p_i(x) / q_i(x)). At the
+    first rejection the token is drawn from residual_distribution(p_i, q_i) instead and
+    the rest are dropped; if all k are kept, a bonus token is drawn from p_{k+1}.
+    Returns (accepted, next_token).
     """
     k = draft_tokens.shape[0]
-    if target_probs.shape[0] != k + 1 or draft_probs.shape[0] != k or target_probs.shape[1:] != draft_probs.shape[1:]:
-        raise ValueError(f"need target_probs (k + 1, vocab) and draft_probs (k, vocab) for k = {k} draft tokens, "
-                         f"got {tuple(target_probs.shape)} and {tuple(draft_probs.shape)}")
+    if (target_probs.shape[0] != k + 1 or draft_probs.shape[0] != k
+            or target_probs.shape[1:] != draft_probs.shape[1:]):
+        raise ValueError(f"need target_probs (k + 1, vocab) and draft_probs (k, vocab) "
+                         f"for k = {k} draft tokens, got {tuple(target_probs.shape)} "
+                         f"and {tuple(draft_probs.shape)}")
     rows = torch.arange(k, device=draft_tokens.device)
     p, q = target_probs[rows, draft_tokens], draft_probs[rows, draft_tokens]
     u = torch.rand(k, generator=generator, device=target_probs.device)
-    kept = (u * q <= p).int()  # u < p / q without dividing by a q that could underflow to 0
+    kept = (u * q <= p).int()  # u < p / q, without dividing by a q that may underflow
     accepted = int(kept.cumprod(dim=0).sum())
     if accepted < k:
         dist = residual_distribution(target_probs[accepted], draft_probs[accepted])

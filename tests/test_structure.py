@@ -19,7 +19,8 @@ MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
 FAST_PATH = {"fast.py"}
 COMPILER = re.compile(r"torch\.compile|torch\._dynamo|torch\._inductor|mkldnn")
 # Modules rewritten to the 88-column convention; the others follow as they are edited.
-WRAPPED_AT_88 = {"__init__.py", "engine.py", "fast.py", "server.py", "tokenizer.py"}
+WRAPPED_AT_88 = {"__init__.py", "device.py", "engine.py", "fast.py", "generate.py",
+                 "server.py", "speculative.py", "tokenizer.py"}
 
 
 def _source_notebook(path: Path) -> str | None:
