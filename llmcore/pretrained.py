@@ -176,7 +176,7 @@ def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, str
         raise ValueError(f"stride must be in 1..seq_len ({seq_len}), got {stride}")
     if len(ids) < 2:
         raise ValueError("need at least two tokens to score a next-token prediction")
-    device = next(model.parameters()).device
+    device = model.device
     n_targets, windows, scored = len(ids) - 1, [], 0
     while scored < n_targets:  # targets ids[scored + 1 : end + 1] are scored by the window ids[start:end]
         end = min(scored + (stride if scored else seq_len), n_targets)
