@@ -163,8 +163,8 @@ def measure_copy_bandwidth(device: str | torch.device | None = None, nbytes: int
     """Bytes per second a large copy moves through memory: the bandwidth ceiling.
 
     Copying N bytes reads N and writes N, so 2N bytes are counted (STREAM's convention). The
-    buffer (128 MiB on a CPU, 1 GiB on a GPU by default) is far larger than any cache, so the
-    bytes really come from and go to main memory.
+    buffer (128 MiB on a CPU, 1 GiB on a GPU by default) is larger than most caches, so the
+    bytes come from and go to main memory: work whose data fits in cache can run faster.
     """
     device = pick_device(device)
     n = nbytes or (2**27 if device.type == "cpu" else 2**30)
