@@ -68,3 +68,14 @@ def test_no_page_shows_a_dead_widget(site):
     # and followed by a static rendering (a figure or a table) of the same view
     for page in (site / "chapters").glob("*.html"):
         assert "application/vnd.jupyter.widget-view+json" not in page.read_text(encoding="utf-8"), page.name
+
+
+def test_math_renders_offline(site):
+    # MathJax is copied into the site (sphinx-mathjax-offline); no page loads it from the web
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").exists()
+    for page in list(site.glob("chapters/*.html")) + list(site.glob("book/*.html")):
+        scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', page.read_text("utf-8"))
+        assert all(not src.startswith(("http:", "https:", "//")) for src in scripts), (
+            f"{page.name} loads MathJax from {scripts}")
+    math_page = (site / "chapters" / "05_prefill_decode.html").read_text("utf-8")
+    assert '../_static/mathjax/tex-chtml.js' in math_page
