@@ -29,7 +29,11 @@ import sys
 REPO_URL = "{url}"
 if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    f"llmcore-book[book] @ git+{{REPO_URL}}"], check=True)'''
+                    f"llmcore-book[book] @ git+{{REPO_URL}}"], check=True)
+    import torch
+    if not torch.cuda.is_available():
+        print("This Colab runtime has no GPU: the chapter runs on the CPU and skips its GPU "
+              "cells. For a GPU: Runtime > Change runtime type > T4 GPU.")'''
 
 
 def repository_url(root: Path = ROOT) -> str:

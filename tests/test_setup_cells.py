@@ -34,6 +34,32 @@ def test_notebook_is_committed_with_outputs_and_without_errors(path):
     assert nb["cells"][0]["cell_type"] == "markdown" and "".join(nb["cells"][0]["source"]).startswith("# ")
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_on_colab_the_cell_installs_and_says_when_there_is_no_gpu(monkeypatch, capsys, gpu):
+    import subprocess
+    import sys
+    import types
+
+    import torch
+    calls = []
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(subprocess, "run", lambda args, check: calls.append(args))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    exec(setup_cells.setup_source(), {})
+    assert len(calls) == 1 and calls[0][-1].startswith("llmcore-book[book] @ git+")
+    said = capsys.readouterr().out
+    assert ("Runtime > Change runtime type" in said) == (not gpu)
+
+
+def test_off_colab_the_cell_does_nothing(monkeypatch, capsys):
+    import subprocess
+    import sys
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("installed off Colab"))
+    exec(setup_cells.setup_source(), {})
+    assert capsys.readouterr().out == ""
+
+
 def test_readme_install_line_uses_the_configured_url():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"git+{setup_cells.repository_url()}" in readme
