@@ -201,7 +201,8 @@ class FastDecoder(nn.Module):
     CPU run `model_forward` with fused products (`FusedProducts`); everything
     else (other devices, batches, paged caches, masks, hidden states, autograd) runs the
     model's own forward pass. The model is held, never changed: same parameters, same
-    state_dict. compile=False, or a compile that fails, leaves the compiled path off.
+    state_dict. compile=False, or a compile that fails, sets `compile_steps` to False:
+    the compiled path is off for this instance. (`nn.Module.compile` keeps its meaning.)
     """
 
     def __init__(self, model: Transformer, compile: bool = True, max_rows: int = 32):
@@ -210,7 +211,7 @@ class FastDecoder(nn.Module):
             raise TypeError("FastDecoder wraps an llmcore Transformer, "
                             f"got {type(model).__name__}")
         self.model = model
-        self.compile, self.max_rows = compile, max_rows
+        self.compile_steps, self.max_rows = compile, max_rows
         self.products = FusedProducts()
         self._stepped = weakref.WeakKeyDictionary()  # caches with slots marked dynamic
 
@@ -241,7 +242,7 @@ class FastDecoder(nn.Module):
             positions = torch.arange(s) if positions is None else positions.reshape(s)
             if kv_cache is not None and kv_cache.k.dtype != self.dtype:
                 return self.model(input_ids, positions, kv_cache)
-            if self.compile and kv_cache is not None and s == 1:
+            if self.compile_steps and kv_cache is not None and s == 1:
                 logits = self._compiled_step(input_ids.view(1), positions, kv_cache)
                 if logits is not None:
                     return logits.view(1, 1, -1)
@@ -295,7 +296,7 @@ class FastDecoder(nn.Module):
             logits, new_keys, new_values = step(self.model, torch.tensor(int(token)),
                                                 torch.tensor(pos), keys, values)
         except Exception as err:  # torch.compile's errors have many types
-            self.compile = False
+            self.compile_steps = False
             warnings.warn("compiled decode steps are off for this FastDecoder "
                           f"({type(err).__name__}: {err}); decode steps take the "
                           "uncompiled path", RuntimeWarning, stacklevel=4)

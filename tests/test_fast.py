@@ -172,7 +172,9 @@ def test_a_failing_compiler_turns_this_decoders_compiled_steps_off(monkeypatch):
     prefill(fast_model, _prompt(), caches[1])
     with pytest.warns(RuntimeWarning, match="compiled decode steps are off .*no C\\+\\+ compiler"):
         got = decode_step(fast_model, token, caches[1], 9)
-    assert not fast_model.compile and other.compile  # per instance, not a global switch
+    assert not fast_model.compile_steps and other.compile_steps  # per instance, not a global switch
+    # the switch does not shadow nn.Module.compile
+    assert "compile" not in vars(fast_model) and callable(fast_model.compile)
     torch.testing.assert_close(got, decode_step(reference, token, caches[0], 9),
                                atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-5, rtol=0)
