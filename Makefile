@@ -1,11 +1,12 @@
-# The two commands of the README: `make book` builds the site, `make test` runs every check.
+# The two commands of the README: `make book` builds the site, `make test` runs every check
+# (including `make site-check`, skipped with a notice where Debian's chromium is not installed).
 # Both create .venv/ and install requirements.txt on first use (again when it changes).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test export notebooks setup-cells bench gpu-check clean
+.PHONY: book test site-check export notebooks setup-cells bench gpu-check clean
 
 book: $(STAMP)
 	$(PY) scripts/build_book.py
@@ -28,6 +29,9 @@ setup-cells: $(STAMP)        ## write _config.yml's repository URL into every ch
 
 notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ipynb for one)
 	$(PY) scripts/execute_notebooks.py $(NB)
+
+site-check: $(STAMP)         ## build the site, open every page in headless Chromium (screenshots: _build/site-check/)
+	$(PY) scripts/site_check.py
 
 bench: $(STAMP)              ## run every benchmark in bench/ (prints ratios against peers)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
