@@ -23,3 +23,34 @@ def test_every_page_passes_the_site_check_in_chromium():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "site_check.py")], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}"
+
+
+BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title></head><body>
+<article class="bd-article" style="width: 600px; padding: 0 20px">
+<p>Inline math that was never typeset: \\(x^2\\) and \\[y\\].</p>
+<img src="missing.png" alt="a figure that is not there">
+<div class="highlight"><pre>{long_line}</pre></div>
+<table><tr><td style="white-space: nowrap">{long_line}</td></tr></table>
+<div class="math" style="white-space: nowrap">{long_line}</div>
+<div class="exercise admonition"><p class="admonition-title">Exercise 3.1 (Rotate)</p></div>
+<div class="cell_output"><pre>✏️ Exercise 3.2 (rotate_pair): not attempted.</pre></div>
+<div class="exercise admonition"><p class="admonition-title">Exercise 3.2 (Fine)</p></div>
+<div class="cell_output"><pre>✏️ Exercise 3.2 (rms_norm): not attempted.</pre></div>
+</article>
+<script>console.error("boom"); undefined_function();</script>
+<script src="https://cdn.example.org/needs-the-network.js"></script>
+</body></html>"""
+
+
+def test_the_site_check_finds_each_kind_of_problem(tmp_path):
+    if site_check.chromium_path() is None:
+        pytest.skip("Chromium is missing; install Debian's chromium (`sudo apt-get install chromium`)")
+    (tmp_path / "page.html").write_text(BAD_PAGE.format(long_line="x" * 300), encoding="utf-8")
+    results = site_check.run(tmp_path, tmp_path / "out", screenshots=False)
+    found = results["page.html"]["problems"]
+    js = "\n".join(found["js"])
+    assert "boom" in js and "undefined_function is not defined" in js  # console.error, uncaught
+    assert "404" in js and "ERR_FAILED" in js  # the missing image; no request leaves 127.0.0.1
+    assert len(found["tex"]) == 2 and len(found["image"]) == 1
+    assert len(found["code"]) == len(found["table"]) == len(found["math"]) == 1
+    assert found["exercise"] == ['"Exercise 3.1 (Rotate)" is numbered 3.1, its checker prints 3.2']
