@@ -253,6 +253,9 @@ def run(site: Path, out: Path, only: str | None = None, screenshots: bool = True
     if exe is None:
         raise RuntimeError("Chromium is not installed: `sudo apt-get install chromium` (Debian/Ubuntu)")
     pages = [p for p in site_pages(site) if only is None or only in p]
+    if screenshots and only is None and out.is_dir():
+        for old in out.glob("*.png"):  # no stale screenshot of a page that is gone
+            old.unlink()
     server, base = serve(site)
     results = {}
     try:
