@@ -2,7 +2,8 @@
 # DO NOT EDIT: edit the `#| export paged` cells there, then run `make export`.
 
 
-# %% chapters/06_kv_cache.ipynb § Paged blocks: no memory reserved for tokens that never come
+# %% chapters/06_kv_cache.ipynb §
+#    Paged blocks: no memory reserved for tokens that never come
 """Paged KV cache and prefix (prompt) caching.
 
 Keys and values live in a pool of fixed-size blocks shared by all sequences; each sequence owns
@@ -79,7 +80,8 @@ class BlockAllocator:
                 "run fewer sequences at once, or create the cache with more blocks.")
 
 
-# %% chapters/06_kv_cache.ipynb § Paged blocks: no memory reserved for tokens that never come
+# %% chapters/06_kv_cache.ipynb §
+#    Paged blocks: no memory reserved for tokens that never come
 class PagedKVCache:
     """Keys and values in a pool of blocks of `block_size` tokens, reached through block tables.
 

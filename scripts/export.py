@@ -84,7 +84,12 @@ def render_module(module: str, nb_rel: str, cells: list[tuple[str, str]]) -> str
     out = [f"{MARKER}{nb_rel} by scripts/export.py.",
            f"# DO NOT EDIT: edit the `#| export {module}` cells there, then run `make export`."]
     for section, code in cells:
-        out.append(f"\n\n# %% {nb_rel} § {section}\n{code}")
+        ref = f"# %% {nb_rel} § {section}"
+        if len(ref) > 88:  # the heading goes on comment lines below, within 88 columns
+            ref = "\n".join([f"# %% {nb_rel} §"] + textwrap.wrap(
+                section, width=88, initial_indent="#    ", subsequent_indent="#    ",
+                break_long_words=False))
+        out.append(f"\n\n{ref}\n{code}")
     names = public_names("\n\n".join(code for _, code in cells))
     # 76 = 88 columns, the book's line length, less "__all__ = [" and the closing "]"
     wrapped = textwrap.wrap(", ".join(repr(n) for n in names), width=76,

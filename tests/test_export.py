@@ -44,6 +44,18 @@ def test_export_writes_cells_in_order_with_back_references(tmp_path):
     assert export.check(root) == [] and export.write(root) == []  # idempotent
 
 
+def test_a_long_section_heading_wraps_at_88_columns(tmp_path):
+    heading = "Real models on real GPUs: why decode leaves the GPU idle at small batches"
+    root = _book(tmp_path, [new_markdown_cell(f"## {heading}"),
+                            new_code_cell("#| export demo\nX = 1")])
+    export.write(root)
+    lines = (root / "llmcore" / "demo.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# %% "))
+    assert lines[start:start + 3] == ["# %% chapters/01_demo.ipynb §", f"#    {heading}",
+                                      "X = 1"]
+    assert max(map(len, lines)) <= 88
+
+
 def test_check_reports_an_edited_module_a_stale_file_and_a_missing_one(tmp_path):
     root = _book(tmp_path, [new_code_cell("#| export demo\nY = 2")])
     export.write(root)
