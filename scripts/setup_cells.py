@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = '''\
 # Setup: the same first code cell in every chapter (written by scripts/setup_cells.py).
-# On Colab, install llmcore from this book's git repository. Never `pip install llmcore`:
-# that PyPI name belongs to an unrelated project.
+# On Colab, install llmcore from this book's git repository. Never
+# `pip install llmcore`: that PyPI name belongs to an unrelated project.
 import subprocess
 import sys
 
@@ -32,8 +32,8 @@ if "google.colab" in sys.modules:
                     f"llmcore-book[book] @ git+{{REPO_URL}}"], check=True)
     import torch
     if not torch.cuda.is_available():
-        print("This Colab runtime has no GPU: the chapter runs on the CPU and skips its GPU "
-              "cells. For a GPU: Runtime > Change runtime type > T4 GPU.")'''
+        print("This Colab runtime has no GPU: the chapter runs on the CPU and skips "
+              "its GPU cells. For a GPU: Runtime > Change runtime type > T4 GPU.")'''
 
 
 def repository_url(root: Path = ROOT) -> str:
