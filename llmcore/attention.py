@@ -3,18 +3,20 @@
 
 
 # %% chapters/04_attention.ipynb § Attention, step by step
-"""Causal self-attention: the explicit math, the fused kernel, masks, and the Attention module.
+"""Causal self-attention: the explicit math, the
+fused kernel, masks, and the Attention module.
 
 Tensor layout for attention math: (batch, heads, seq, head_dim).
 
 KV-cache hook: `Attention.forward(..., kv_cache=cache, layer_idx=i)` calls
 `cache.update(layer_idx, positions, k, v) -> (k_all, v_all)` with k, v of shape
-(batch, n_kv_heads, seq, head_dim) after RoPE. The cache must return keys laid out by absolute
-position: slot j of k_all/v_all holds the token at position j (gpt-fast's static cache does this).
-The causal rule then compares a query's position with a key's slot index. Before the first
-layer of a forward pass the model calls `cache.begin_forward(positions)` once, so the cache
-knows a new pass has started and where its tokens go (see llmcore.model.Transformer).
-Without a cache, attention is plain causal self-attention over the given sequence.
+(batch, n_kv_heads, seq, head_dim) after RoPE. The cache must return keys laid out by
+absolute position: slot j of k_all/v_all holds the token at position j (gpt-fast's
+static cache does this). The causal rule then compares a query's position with a key's
+slot index. Before the first layer of a forward pass the model calls
+`cache.begin_forward(positions)` once, so the cache knows a new pass has started and
+where its tokens go (see llmcore.model.Transformer). Without a cache, attention is plain
+causal self-attention over the given sequence.
 """
 
 import math
@@ -28,28 +30,41 @@ from llmcore.layers import RMSNorm, apply_rope, rope_cos_sin, rope_frequencies
 
 # %% chapters/04_attention.ipynb § Many heads, fewer key/value heads
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(batch, n_kv_heads, seq, d) -> (batch, n_kv_heads * n_rep, seq, d); query head h reads kv head h // n_rep."""
+    """(batch, n_kv_heads, seq, d) -> (batch, n_kv_heads * n_rep, seq, d); query head h
+    reads kv head h // n_rep."""
     if n_rep == 1:
         return x  # plain multi-head attention: one kv head per query head
     b, n_kv, s, d = x.shape
-    # expand makes a view; reshape copies it so each kv head appears n_rep times in a row.
-    return x[:, :, None, :, :].expand(b, n_kv, n_rep, s, d).reshape(b, n_kv * n_rep, s, d)
+    # expand makes a view; reshape copies it so
+    # each kv head appears n_rep times in a row.
+    return (
+        x[:, :, None, :, :].expand(b, n_kv, n_rep, s, d).reshape(b, n_kv * n_rep, s, d)
+    )
 
 
 # %% chapters/04_attention.ipynb § Masks
 def causal_mask(q_len: int, kv_len: int, device=None) -> torch.Tensor:
-    """Boolean (q_len, kv_len) mask, True where a query may look: the last q_len of kv_len tokens are queries."""
+    """Boolean (q_len, kv_len) mask, True where a query may look: the last q_len of
+    kv_len tokens are queries."""
     offset = kv_len - q_len
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=offset)
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(
+        diagonal=offset
+    )
 
 
-def build_attention_mask(query_slots: torch.Tensor, kv_len: int, key_padding: torch.Tensor | None = None,
-                         sliding_window: int | None = None) -> torch.Tensor:
+def build_attention_mask(
+    query_slots: torch.Tensor,
+    kv_len: int,
+    key_padding: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
     """Boolean mask (batch, 1, q, kv_len), True where query i may attend to key slot j.
 
-    query_slots: (batch, q) slot index of each query among the keys (its position when a cache is used).
+    query_slots: (batch, q) slot index of each query
+    among the keys (its position when a cache is used).
     key_padding: (batch, kv_len) with 1 for real tokens and 0 for padding.
-    sliding_window: a key is visible only if query_slot - key_slot < sliding_window (Mistral's rule).
+    sliding_window: a key is visible only if query_slot - key_slot < sliding_window
+    (Mistral's rule).
     """
     key_slots = torch.arange(kv_len, device=query_slots.device)
     distance = query_slots[:, :, None] - key_slots[None, None, :]  # (batch, q, kv)
@@ -58,40 +73,58 @@ def build_attention_mask(query_slots: torch.Tensor, kv_len: int, key_padding: to
         allowed = allowed & (distance < sliding_window)
     if key_padding is not None:
         allowed = allowed & key_padding[:, None, :].bool()
-    # A query that may see nothing (e.g. a left-pad token) would get NaN from softmax, and NaN
-    # leaks through the next layer's weighted sum; let it see everything, its output is never read.
+    # A query that may see nothing (e.g. a left-pad token) would get NaN from softmax,
+    # and NaN leaks through the next layer's weighted sum; let it see everything, its
+    # output is never read.
     allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
     return allowed[:, None, :, :]  # the heads axis broadcasts
 
 
 def _check_mask_args(mask: torch.Tensor | None, is_causal: bool) -> None:
     if mask is not None and is_causal:
-        raise ValueError("pass either mask= or is_causal=True, not both (fold causality into the mask)")
+        raise ValueError("pass either mask= or is_causal=True, not both (fold "
+                         "causality into the mask)")
 
 
 # %% chapters/04_attention.ipynb § Explicit and fused attention
-def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v, written out step by step. k, v must have as many heads as q."""
+def attention_explicit(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v, written out
+    step by step. k, v must have as many heads as q."""
     _check_mask_args(mask, is_causal)
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = (q @ k.transpose(-2, -1)) * scale  # (batch, heads, q, kv): how much each query likes each key
+    # (batch, heads, q, kv): how much each query likes each key
+    scores = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
         mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0: forbidden keys get no weight
+        # exp(-inf) = 0: forbidden keys get no weight
+        scores = scores.masked_fill(~mask, float("-inf"))
     # Softmax in fp32 (as HF does): bf16 exponentials of large scores are too coarse.
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return weights @ v  # each query's output is a weighted average of value vectors
 
 
 # %% chapters/04_attention.ipynb § Explicit and fused attention
-def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-    """The same computation in one PyTorch kernel (flash / memory-efficient / math, chosen by PyTorch)."""
+def attention_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """The same computation in one PyTorch kernel (flash
+    / memory-efficient / math, chosen by PyTorch)."""
     _check_mask_args(mask, is_causal)
-    # is_causal instead of a mask lets PyTorch pick the flash kernel, which never stores the scores.
-    if is_causal and q.shape[-2] != k.shape[-2]:  # PyTorch's is_causal would align queries to the first keys
+    # is_causal instead of a mask lets PyTorch pick
+    # the flash kernel, which never stores the scores.
+    # PyTorch's is_causal would align queries to the first keys
+    if is_causal and q.shape[-2] != k.shape[-2]:
         mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
 
@@ -101,55 +134,91 @@ ATTENTION_IMPLEMENTATIONS = {"explicit": attention_explicit, "sdpa": attention_f
 
 # %% chapters/04_attention.ipynb § The Attention layer
 class Attention(nn.Module):
-    """Multi-head causal self-attention with grouped key/value heads, RoPE and optional q/k norms.
+    """Multi-head causal self-attention with grouped
+    key/value heads, RoPE and optional q/k norms.
 
-    `cfg` is a ModelConfig (llmcore.model); n_kv_heads == n_heads is MHA, 1 is MQA, in between GQA.
+    `cfg` is a ModelConfig (llmcore.model); n_kv_heads
+    == n_heads is MHA, 1 is MQA, in between GQA.
     """
 
     def __init__(self, cfg):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = (
+            cfg.n_heads,
+            cfg.n_kv_heads,
+            cfg.head_dim,
+        )
         self.sliding_window = cfg.sliding_window
         self.rope_theta, self.rope_scaling = cfg.rope_theta, cfg.rope_scaling
         self.attend = ATTENTION_IMPLEMENTATIONS[cfg.attn_impl]
-        # Qwen2 adds a bias to q/k/v only; Llama's attention_bias=True also biases o_proj.
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.attention_bias)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.attention_out_bias)
+        # Qwen2 adds a bias to q/k/v only; Llama's
+        # attention_bias=True also biases o_proj.
+        self.q_proj = nn.Linear(
+            cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.attention_bias
+        )
+        self.k_proj = nn.Linear(
+            cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias
+        )
+        self.v_proj = nn.Linear(
+            cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.attention_bias
+        )
+        self.o_proj = nn.Linear(
+            cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.attention_out_bias
+        )
         # Qwen3 normalizes each query and key head vector (over head_dim) before RoPE.
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv_cache=None, layer_idx: int = 0,
-                attention_mask: torch.Tensor | None = None,
-                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x: (batch, seq, dim); positions: (batch, seq) absolute positions (LongTensor).
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache=None,
+        layer_idx: int = 0,
+        attention_mask: torch.Tensor | None = None,
+        cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """x: (batch, seq, dim); positions: (batch,
+        seq) absolute positions (LongTensor).
 
-        attention_mask: optional (batch, kv_len) of 1 (token) / 0 (padding) over all keys seen,
-        i.e. over the sequence without a cache; a shorter mask is extended with 1s on the right.
-        cos_sin: RoPE tables for `positions`, computed here when not given (the Transformer shares one).
+        attention_mask: optional (batch, kv_len) of 1 (token) / 0 (padding) over all
+        keys seen, i.e. over the sequence without a cache; a shorter mask is extended
+        with 1s on the right.
+        cos_sin: RoPE tables for `positions`, computed here when not given (the
+        Transformer shares one).
         """
         b, s, _ = x.shape
         q, k, v = self.project(x)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cos_sin is None:
-            inv_freq = rope_frequencies(self.head_dim, self.rope_theta, self.rope_scaling, device=x.device)
+            inv_freq = rope_frequencies(
+                self.head_dim, self.rope_theta, self.rope_scaling, device=x.device
+            )
             cos_sin = rope_cos_sin(positions, inv_freq, dtype=x.dtype)
         q, k = apply_rope(q, *cos_sin), apply_rope(k, *cos_sin)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # -> (batch, heads, seq, head_dim)
+        # -> (batch, heads, seq, head_dim)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
 
         if kv_cache is not None:
             k, v = kv_cache.update(layer_idx, positions, k, v)
-        mask, is_causal = self._mask(positions, k.shape[-2], kv_cache is not None, attention_mask)
+        mask, is_causal = self._mask(
+            positions, k.shape[-2], kv_cache is not None, attention_mask
+        )
 
         n_rep = self.n_heads // self.n_kv_heads
-        out = self.attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=mask, is_causal=is_causal)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+        out = self.attend(
+            q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=mask, is_causal=is_causal
+        )
+        return self.o_proj(
+            out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim)
+        )
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (batch, seq, dim) -> q (batch, seq, n_heads, head_dim), k and v (batch, seq, n_kv_heads, head_dim)."""
+    def project(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (batch, seq, dim) -> q (batch, seq, n_heads, head_dim), k and v (batch,
+        seq, n_kv_heads, head_dim)."""
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
@@ -158,22 +227,41 @@ class Attention(nn.Module):
 
     def _mask(self, positions: torch.Tensor, kv_len: int, cached: bool,
               attention_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
-        """The boolean mask for this call, or (None, True) when plain causal attention is enough."""
+        """The boolean mask for this call, or (None,
+        True) when plain causal attention is enough."""
         b, s = positions.shape
-        window_ok = self.sliding_window is None or max(s, kv_len if cached else 0) <= self.sliding_window
+        window_ok = (
+            self.sliding_window is None
+            or max(s, kv_len if cached else 0) <= self.sliding_window
+        )
         if not cached and attention_mask is None and window_ok:
             return None, True
         if cached and b == 1 and s == 1 and attention_mask is None and window_ok:
-            # A decode step: one query, at the last position written, so it may see every cached key.
+            # A decode step: one query, at the last position
+            # written, so it may see every cached key.
             return None, False
         # With a cache, slot j holds position j, so a query's slot is its position.
-        query_slots = positions if cached else torch.arange(s, device=positions.device).expand(b, s)
+        query_slots = (
+            positions
+            if cached
+            else torch.arange(s, device=positions.device).expand(b, s)
+        )
         if attention_mask is not None:
-            if attention_mask.dim() != 2 or attention_mask.shape[0] != b or attention_mask.shape[1] > kv_len:
-                raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; expected (batch={b}, "
-                                 f"at most {kv_len}) covering every key (cached + new tokens)")
-            attention_mask = F.pad(attention_mask, (0, kv_len - attention_mask.shape[1]), value=1)
-        return build_attention_mask(query_slots, kv_len, attention_mask, self.sliding_window), False
+            if (
+                attention_mask.dim() != 2
+                or attention_mask.shape[0] != b
+                or attention_mask.shape[1] > kv_len
+            ):
+                raise ValueError("attention_mask has shape "
+                                 f"{tuple(attention_mask.shape)}; expected "
+                                 f"(batch={b}, at most {kv_len}) covering "
+                                 "every key (cached + new tokens)")
+            attention_mask = F.pad(
+                attention_mask, (0, kv_len - attention_mask.shape[1]), value=1
+            )
+        return build_attention_mask(
+            query_slots, kv_len, attention_mask, self.sliding_window
+        ), False
 
 
 __all__ = ['repeat_kv', 'causal_mask', 'build_attention_mask', 'attention_explicit',

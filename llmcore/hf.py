@@ -3,11 +3,13 @@
 
 
 # %% chapters/04_attention.ipynb § Loading Hugging Face checkpoints
-"""Loading Hugging Face checkpoints (config.json + safetensors) into llmcore's Transformer.
+"""Loading Hugging Face checkpoints (config.json
++ safetensors) into llmcore's Transformer.
 
-Supported: LlamaForCausalLM (Llama 2/3/3.1/3.2, SmolLM2), MistralForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM. Weights are read from safetensors only: pickle files (.bin/.pt) can run code when loaded.
-Mistral's sliding_window is implemented in the attention mask (see llmcore.attention).
+Supported: LlamaForCausalLM (Llama 2/3/3.1/3.2, SmolLM2), MistralForCausalLM,
+Qwen2ForCausalLM, Qwen3ForCausalLM. Weights are read from safetensors only: pickle files
+(.bin/.pt) can run code when loaded. Mistral's sliding_window is implemented in the
+attention mask (see llmcore.attention).
 """
 
 import json
@@ -39,21 +41,25 @@ def model_family(hf: dict) -> str:
     if not architectures and hf.get("model_type") in ARCHITECTURES.values():
         return hf["model_type"]
     found = architectures or hf.get("model_type")
-    raise ValueError(f"unsupported model {found!r}: llmcore loads {sorted(ARCHITECTURES)} "
-                     f"(model_type {sorted(ARCHITECTURES.values())})")
+    raise ValueError(f"unsupported model {found!r}: llmcore loads "
+                     f"{sorted(ARCHITECTURES)} (model_type "
+                     f"{sorted(ARCHITECTURES.values())})")
 
 
 # %% chapters/04_attention.ipynb § From `config.json` to `ModelConfig`
 def rope_from_hf(hf: dict) -> tuple[float, dict | None]:
     """(rope_theta, rope_scaling or None) from a config.json of transformers 4.x or 5.x.
 
-    4.x writes top-level "rope_theta" and "rope_scaling"; 5.x writes one "rope_parameters" dict
-    holding "rope_theta", "rope_type" and the scaling keys.
+    4.x writes top-level "rope_theta" and "rope_scaling"; 5.x writes one
+    "rope_parameters" dict holding "rope_theta", "rope_type" and the scaling keys.
     """
     params = hf.get("rope_parameters")
     if params is not None:
-        if "rope_theta" not in params and any(isinstance(v, dict) for v in params.values()):
-            raise ValueError("per-layer-type rope_parameters are not supported by llmcore")
+        if "rope_theta" not in params and any(
+            isinstance(v, dict) for v in params.values()
+        ):
+            raise ValueError("per-layer-type rope_parameters "
+                             "are not supported by llmcore")
         theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
         scaling = {k: v for k, v in params.items() if k != "rope_theta"}
     else:
@@ -61,34 +67,48 @@ def rope_from_hf(hf: dict) -> tuple[float, dict | None]:
         scaling = dict(hf.get("rope_scaling") or {})
     rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
     if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError("partial_rotary_factor != 1 (RoPE on part of each head) is not supported by llmcore")
+        raise ValueError("partial_rotary_factor != 1 (RoPE on part of each head) is "
+                         "not supported by llmcore")
     scaling.pop("partial_rotary_factor", None)
     if rope_type == "default":
         return float(theta), None
-    if rope_type == "llama3":  # HF falls back to max_position_embeddings when this key is absent
-        scaling.setdefault("original_max_position_embeddings", hf.get("max_position_embeddings"))
+    # HF falls back to max_position_embeddings when this key is absent
+    if rope_type == "llama3":
+        scaling.setdefault(
+            "original_max_position_embeddings", hf.get("max_position_embeddings")
+        )
     return float(theta), {"rope_type": rope_type, **scaling}
 
 
 # %% chapters/04_attention.ipynb § From `config.json` to `ModelConfig`
-REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+REQUIRED_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size",
+)
+
 
 def config_from_hf(hf: dict, **overrides) -> ModelConfig:
-    """Map a HF config.json dict to a ModelConfig; `overrides` set extra fields (e.g. attn_impl)."""
+    """Map a HF config.json dict to a ModelConfig;
+    `overrides` set extra fields (e.g. attn_impl)."""
     family = model_family(hf)
     missing = [key for key in REQUIRED_KEYS if key not in hf]
     if missing:
-        raise ValueError(f"config.json lacks {missing}; is it a {family} model's config?")
+        raise ValueError(f"config.json lacks {missing}; is "
+                         f"it a {family} model's config?")
     if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={hf['hidden_act']!r}: llmcore's MLP is SwiGLU and needs 'silu'")
+        raise ValueError(f"hidden_act={hf['hidden_act']!r}: "
+                         "llmcore's MLP is SwiGLU and needs 'silu'")
     sliding_window = hf.get("sliding_window") if family == "mistral" else None
     if family in ("qwen2", "qwen3") and hf.get("use_sliding_window"):
-        raise ValueError(f"{family} with use_sliding_window=true is not supported; released Qwen2/Qwen3 "
-                         "checkpoints set it to false")
+        raise ValueError(f"{family} with use_sliding_window=true is not supported; "
+                         "released Qwen2/Qwen3 checkpoints set it to false")
     n_heads = hf["num_attention_heads"]
-    head_dim = hf.get("head_dim") or (128 if family == "qwen3" else hf["hidden_size"] // n_heads)
+    head_dim = hf.get("head_dim") or (
+        128 if family == "qwen3" else hf["hidden_size"] // n_heads
+    )
     theta, scaling = rope_from_hf(hf)
-    # Llama/Qwen3 attention_bias=true biases q, k, v *and* o; Qwen2 always biases q, k, v only; Mistral never.
+    # Llama/Qwen3 attention_bias=true biases q, k, v *and*
+    # o; Qwen2 always biases q, k, v only; Mistral never.
     biased = family in ("llama", "qwen3") and bool(hf.get("attention_bias", False))
     fields = dict(
         vocab_size=hf["vocab_size"],
@@ -122,7 +142,8 @@ NAME_RULES = [
     (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"blocks.\1.mlp_norm."),
     (r"^lm_head\.", "lm_head."),
 ]
-IGNORED = re.compile(r"rotary_emb\.inv_freq$")  # old checkpoints saved this derived buffer
+# old checkpoints saved this derived buffer
+IGNORED = re.compile(r"rotary_emb\.inv_freq$")
 
 
 def llmcore_name(hf_name: str) -> str | None:
@@ -136,23 +157,29 @@ def llmcore_name(hf_name: str) -> str | None:
 
 # %% chapters/04_attention.ipynb § Tensor names and files
 def safetensors_files(directory: Path) -> list[Path]:
-    """The safetensors file(s) of a checkpoint: one model.safetensors, or the shards an index lists."""
+    """The safetensors file(s) of a checkpoint: one
+    model.safetensors, or the shards an index lists."""
     index = directory / "model.safetensors.index.json"
     if index.exists():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         missing = [s for s in shards if not (directory / s).exists()]
         if missing:
-            raise FileNotFoundError(f"{index} lists shards that are not in {directory}: {missing}")
+            raise FileNotFoundError(f"{index} lists shards that are "
+                                    f"not in {directory}: {missing}")
         return [directory / s for s in shards]
     if (directory / "model.safetensors").exists():
         return [directory / "model.safetensors"]
-    pickles = sorted(p.name for ext in ("*.bin", "*.pt", "*.pth") for p in directory.glob(ext))
+    pickles = sorted(
+        p.name for ext in ("*.bin", "*.pt", "*.pth") for p in directory.glob(ext)
+    )
     if pickles:
         raise FileNotFoundError(
-            f"{directory} has only PyTorch pickle weights {pickles}; llmcore loads safetensors only "
-            "(unpickling can run arbitrary code). Convert once with transformers: "
-            "AutoModelForCausalLM.from_pretrained(d).save_pretrained(d, safe_serialization=True)")
-    raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {directory}")
+            f"{directory} has only PyTorch pickle weights {pickles}; llmcore loads "
+            "safetensors only (unpickling can run arbitrary code). Convert once with "
+            "transformers: AutoModelForCausalLM.from_pretrained(d).save_pretrained(d, "
+            "safe_serialization=True)")
+    raise FileNotFoundError("no model.safetensors or "
+                            f"model.safetensors.index.json in {directory}")
 
 
 # %% chapters/04_attention.ipynb § Tensor names and files
@@ -160,30 +187,45 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def checkpoint_dir(path_or_id: str | Path) -> Path:
-    """A local checkpoint directory; a missing path shaped like "org/name" is fetched from the Hub."""
+    """A local checkpoint directory; a missing path
+    shaped like "org/name" is fetched from the Hub."""
     path = Path(path_or_id).expanduser()
     if path.is_dir():
         return path
     if path.exists():
-        raise NotADirectoryError(f"{path} is a file; pass the directory that holds config.json")
+        raise NotADirectoryError(f"{path} is a file; pass the "
+                                 "directory that holds config.json")
     if not HUB_ID.match(str(path_or_id)):
         raise FileNotFoundError(f"no checkpoint directory at {path}")
     try:
-        from huggingface_hub import snapshot_download  # optional dependency, needed only for downloads
+        # optional dependency, needed only for downloads
+        from huggingface_hub import snapshot_download
     except ImportError as err:
-        raise ImportError(f"{path_or_id!r} is not a local directory; to fetch it from the Hub, "
-                          "pip install huggingface_hub (or pass a local directory)") from err
+        raise ImportError(f"{path_or_id!r} is not a local directory; "
+                          "to fetch it from the Hub, pip install "
+                          "huggingface_hub (or pass a local directory)") from err
     try:
-        return Path(snapshot_download(str(path_or_id), allow_patterns=["*.json", "*.safetensors"]))
-    except Exception as err:  # offline, unknown repo, gated repo, ...: say so, keep the cause chained
-        raise OSError(f"{path_or_id!r} is not a local directory and downloading it from the Hugging Face "
-                      f"Hub failed ({type(err).__name__}: {err}). If you are offline, copy the checkpoint "
-                      "here and pass its directory.") from err
+        return Path(
+            snapshot_download(
+                str(path_or_id), allow_patterns=["*.json", "*.safetensors"]
+            )
+        )
+    # offline, unknown repo, gated repo, ...: say so, keep the cause chained
+    except Exception as err:
+        raise OSError(
+            f"{path_or_id!r} is not a local directory and "
+            "downloading it from the Hugging Face Hub failed "
+            f"({type(err).__name__}: {err}). If you are offline, "
+            "copy the checkpoint here and pass its directory."
+        ) from err
 
 
 # %% chapters/04_attention.ipynb § Reading the weights
-def read_state_dict(files: list[Path], device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """All tensors of the safetensors files, renamed to llmcore's names, cast and moved."""
+def read_state_dict(
+    files: list[Path], device: torch.device, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """All tensors of the safetensors files,
+    renamed to llmcore's names, cast and moved."""
     state, unknown = {}, []
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -195,21 +237,28 @@ def read_state_dict(files: list[Path], device: torch.device, dtype: torch.dtype)
                     unknown.append(hf_name)
                     continue
                 tensor = f.get_tensor(hf_name)
-                # Only floating tensors take the compute dtype; integer tensors keep theirs.
-                state[name] = tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)
+                # Only floating tensors take the compute
+                # dtype; integer tensors keep theirs.
+                state[name] = tensor.to(
+                    device, dtype if tensor.is_floating_point() else tensor.dtype
+                )
     if unknown:
-        raise ValueError(f"checkpoint has tensors llmcore does not know: {unknown[:5]}"
-                         f"{' ...' if len(unknown) > 5 else ''}; is config.json for this checkpoint?")
+        raise ValueError("checkpoint has tensors llmcore does not know: "
+                         f"{unknown[:5]}{' ...' if len(unknown) > 5 else ''}; is "
+                         "config.json for this checkpoint?")
     return state
 
 
 # %% chapters/04_attention.ipynb § Reading the weights
-def load_pretrained(path_or_id: str | Path, device=None, dtype=None, **config_overrides) -> Transformer:
+def load_pretrained(
+    path_or_id: str | Path, device=None, dtype=None, **config_overrides
+) -> Transformer:
     """A Transformer in eval mode with the checkpoint's weights, on `device` in `dtype`.
 
     device/dtype default to llmcore.device.pick_device() and that device's default dtype
     ($LLMCORE_DEVICE / $LLMCORE_DTYPE override the defaults).
-    config_overrides set ModelConfig fields that do not change the weights, e.g. attn_impl="explicit".
+    config_overrides set ModelConfig fields that do not change the weights, e.g.
+    attn_impl="explicit".
     """
     device = pick_device(device)
     dtype = resolve_dtype(dtype, device)
@@ -223,20 +272,25 @@ def load_pretrained(path_or_id: str | Path, device=None, dtype=None, **config_ov
         state.pop("lm_head.weight", None)  # tied: the output matrix *is* the embedding
         state["lm_head.weight"] = state.get("embed.weight")
 
-    # Build on the meta device (no memory, no random init), then adopt the loaded tensors as parameters.
+    # Build on the meta device (no memory, no random
+    # init), then adopt the loaded tensors as parameters.
     with torch.device("meta"):
         model = Transformer(cfg)
     expected = set(model.state_dict())
     missing = sorted(k for k in expected if state.get(k) is None)
     extra = sorted(set(state) - expected)
     if missing or extra:
-        hint = " (no lm_head.weight: should config.json say tie_word_embeddings: true?)" \
-            if missing == ["lm_head.weight"] else ""
-        raise ValueError(f"checkpoint does not match config.json: missing {missing[:5]}, "
-                         f"unexpected {extra[:5]}{hint}")
+        hint = (
+            " (no lm_head.weight: should config.json say tie_word_embeddings: true?)"
+            if missing == ["lm_head.weight"]
+            else ""
+        )
+        raise ValueError("checkpoint does not match config.json: missing "
+                         f"{missing[:5]}, unexpected {extra[:5]}{hint}")
     model.load_state_dict(state, strict=True, assign=True)
     if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.embed.weight  # assign=True made two Parameters; share one again
+        # assign=True made two Parameters; share one again
+        model.lm_head.weight = model.embed.weight
     return model.eval()
 
 

@@ -3,7 +3,8 @@
 
 
 # %% chapters/04_attention.ipynb § Configuration
-"""The decoder-only transformer (Llama / Mistral / Qwen2 / Qwen3 family) and its configuration."""
+"""The decoder-only transformer (Llama / Mistral
+/ Qwen2 / Qwen3 family) and its configuration."""
 
 from dataclasses import dataclass
 
@@ -11,61 +12,85 @@ import torch
 from torch import nn
 
 from llmcore.attention import ATTENTION_IMPLEMENTATIONS, Attention
-from llmcore.layers import RMSNorm, SwiGLU, embedding_lookup, rope_cos_sin, rope_frequencies
+from llmcore.layers import (
+    RMSNorm, SwiGLU, embedding_lookup, rope_cos_sin, rope_frequencies,
+)
 
 
 # %% chapters/04_attention.ipynb § Configuration
 ROPE_SCALING_KEYS = {
     "default": (),
     "linear": ("factor",),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "llama3": (
+        "factor", "low_freq_factor", "high_freq_factor",
+        "original_max_position_embeddings",
+    ),
 }
 
 
 @dataclass
 class ModelConfig:
-    """Shape and options of a model; `llmcore.hf.config_from_hf` fills it from a HF config.json."""
+    """Shape and options of a model; `llmcore.hf.config_from_hf`
+    fills it from a HF config.json."""
 
     vocab_size: int
     dim: int                      # width of the residual stream (HF: hidden_size)
     n_layers: int
-    n_heads: int                  # query heads
-    hidden_dim: int               # SwiGLU inner width (HF: intermediate_size)
-    n_kv_heads: int | None = None  # key/value heads; None means n_heads (plain multi-head attention)
-    head_dim: int | None = None   # None means dim // n_heads; Qwen3 sets it explicitly
+    # query heads
+    n_heads: int
+    # SwiGLU inner width (HF: intermediate_size)
+    hidden_dim: int
+    # key/value heads; None means n_heads (plain multi-head attention)
+    n_kv_heads: int | None = None
+    # None means dim // n_heads; Qwen3 sets it explicitly
+    head_dim: int | None = None
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # HF-style dict with "rope_type": "linear" or "llama3"
+    # HF-style dict with "rope_type": "linear" or "llama3"
+    rope_scaling: dict | None = None
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False  # lm_head reuses the embedding matrix
     attention_bias: bool = False       # bias on q/k/v projections (Qwen2)
     attention_out_bias: bool = False   # bias on o_proj (Llama with attention_bias=True)
     mlp_bias: bool = False
-    qk_norm: bool = False              # per-head RMSNorm on queries and keys (Qwen3)
-    sliding_window: int | None = None  # each token sees at most this many tokens (Mistral v0.1)
-    attn_impl: str = "sdpa"            # "sdpa" (fused kernel) or "explicit" (textbook math)
+    # per-head RMSNorm on queries and keys (Qwen3)
+    qk_norm: bool = False
+    # each token sees at most this many tokens (Mistral v0.1)
+    sliding_window: int | None = None
+    # "sdpa" (fused kernel) or "explicit" (textbook math)
+    attn_impl: str = "sdpa"
 
     def __post_init__(self):
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
+            "max_position_embeddings",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+                raise ValueError(f"ModelConfig.{name} must be a positive "
+                                 f"int, got {getattr(self, name)!r}")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads} "
-                             "(each key/value head serves the same number of query heads)")
+            raise ValueError(f"n_heads={self.n_heads} must be a multiple of "
+                             f"n_kv_heads={self.n_kv_heads} (each key/value head "
+                             "serves the same number of query heads)")
         if self.head_dim is None:
             if self.dim % self.n_heads:
-                raise ValueError(f"dim={self.dim} is not divisible by n_heads={self.n_heads}; set head_dim explicitly")
+                raise ValueError(f"dim={self.dim} is not divisible by "
+                                 f"n_heads={self.n_heads}; set head_dim explicitly")
             self.head_dim = self.dim // self.n_heads
         if self.head_dim <= 0 or self.head_dim % 2:
-            raise ValueError(f"head_dim must be a positive even number for RoPE, got {self.head_dim}")
+            raise ValueError("head_dim must be a positive even "
+                             f"number for RoPE, got {self.head_dim}")
         if self.norm_eps <= 0 or self.rope_theta <= 0:
-            raise ValueError(f"norm_eps and rope_theta must be > 0, got {self.norm_eps} and {self.rope_theta}")
+            raise ValueError("norm_eps and rope_theta must be > 0, got "
+                             f"{self.norm_eps} and {self.rope_theta}")
         if self.sliding_window is not None and self.sliding_window <= 0:
-            raise ValueError(f"sliding_window must be a positive int or None, got {self.sliding_window}")
+            raise ValueError("sliding_window must be a positive int "
+                             f"or None, got {self.sliding_window}")
         if self.attn_impl not in ATTENTION_IMPLEMENTATIONS:
-            raise ValueError(f"attn_impl={self.attn_impl!r}; choose one of {sorted(ATTENTION_IMPLEMENTATIONS)}")
+            raise ValueError(f"attn_impl={self.attn_impl!r}; choose one of "
+                             f"{sorted(ATTENTION_IMPLEMENTATIONS)}")
         self._check_rope_scaling()
 
     def _check_rope_scaling(self):
@@ -75,7 +100,9 @@ class ModelConfig:
         if rope_type not in ROPE_SCALING_KEYS:
             raise ValueError(f"rope_scaling type {rope_type!r} is not supported; "
                              f"use one of {sorted(ROPE_SCALING_KEYS)} or None")
-        missing = [key for key in ROPE_SCALING_KEYS[rope_type] if key not in self.rope_scaling]
+        missing = [
+            key for key in ROPE_SCALING_KEYS[rope_type] if key not in self.rope_scaling
+        ]
         if missing:
             raise ValueError(f"rope_scaling of type {rope_type!r} is missing {missing}")
 
@@ -91,15 +118,21 @@ class TransformerBlock(nn.Module):
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = SwiGLU(cfg.dim, cfg.hidden_dim, bias=cfg.mlp_bias)
 
-    def forward(self, x, positions, cos_sin, kv_cache=None, layer_idx=0, attention_mask=None):
-        # Each sub-layer reads a normalized copy and *adds* its result to the residual stream.
-        x = x + self.attn(self.attn_norm(x), positions, kv_cache, layer_idx, attention_mask, cos_sin)
+    def forward(
+        self, x, positions, cos_sin, kv_cache=None, layer_idx=0, attention_mask=None
+    ):
+        # Each sub-layer reads a normalized copy and
+        # *adds* its result to the residual stream.
+        x = x + self.attn(
+            self.attn_norm(x), positions, kv_cache, layer_idx, attention_mask, cos_sin
+        )
         return x + self.mlp(self.mlp_norm(x))
 
 
 # %% chapters/04_attention.ipynb § The whole model
 class Transformer(nn.Module):
-    """Token embedding -> n_layers blocks -> final RMSNorm -> lm_head (tied or not) -> logits."""
+    """Token embedding -> n_layers blocks -> final
+    RMSNorm -> lm_head (tied or not) -> logits."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -109,7 +142,8 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.embed.weight  # one matrix both reads and writes tokens
+            # one matrix both reads and writes tokens
+            self.lm_head.weight = self.embed.weight
 
     @property
     def device(self) -> torch.device:
@@ -121,30 +155,44 @@ class Transformer(nn.Module):
         """The weights' dtype; caches store keys and values in it."""
         return self.embed.weight.dtype
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, kv_cache=None,
-                attention_mask: torch.Tensor | None = None, return_hidden_states: bool = False):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        kv_cache=None,
+        attention_mask: torch.Tensor | None = None,
+        return_hidden_states: bool = False,
+    ):
         """input_ids: (batch, seq) -> logits (batch, seq, vocab).
 
-        positions: (batch, seq), (1, seq) or (seq,) absolute positions; default 0..seq-1 (required with kv_cache).
+        positions: (batch, seq), (1, seq) or (seq,) absolute positions; default 0..seq-1
+        (required with kv_cache).
         attention_mask: (batch, kv_len) 1 = token, 0 = padding (see Attention.forward).
-        return_hidden_states: also return [embeddings, after block 1, ..., after block n] (before the
-        final norm); self.lm_head(self.norm(h)) on any of them is the "logit lens" view of that layer.
+        return_hidden_states: also return [embeddings, after block 1, ..., after block
+        n] (before the final norm); self.lm_head(self.norm(h)) on any of them is the
+        "logit lens" view of that layer.
         """
         b, s = input_ids.shape
         if positions is None:
             if kv_cache is not None:
-                raise ValueError("pass positions when using a kv_cache: the model cannot guess where new tokens go")
+                raise ValueError("pass positions when using a kv_cache: the model "
+                                 "cannot guess where new tokens go")
             positions = torch.arange(s, device=input_ids.device)
         if positions.shape not in ((s,), (1, s), (b, s)):
-            raise ValueError(f"positions has shape {tuple(positions.shape)}; "
-                             f"expected {(b, s)} like input_ids, or {(s,)} shared by all rows")
-        positions = positions.expand(b, s)  # one row of positions may serve the whole batch
-        if kv_cache is not None:  # every layer of this pass writes at these positions
+            raise ValueError(f"positions has shape {tuple(positions.shape)}; expected "
+                             f"{(b, s)} like input_ids, or {(s,)} shared by all rows")
+        # one row of positions may serve the whole batch
+        positions = positions.expand(b, s)
+        # every layer of this pass writes at these positions
+        if kv_cache is not None:
             kv_cache.begin_forward(positions)
 
         x = embedding_lookup(input_ids, self.embed.weight)
-        # RoPE tables are computed once per call and shared by every layer (they depend only on positions).
-        inv_freq = rope_frequencies(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling, x.device)
+        # RoPE tables are computed once per call and shared
+        # by every layer (they depend only on positions).
+        inv_freq = rope_frequencies(
+            self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling, x.device
+        )
         cos_sin = rope_cos_sin(positions, inv_freq, dtype=x.dtype)
         hidden_states = [x]
         for i, block in enumerate(self.blocks):
@@ -155,22 +203,31 @@ class Transformer(nn.Module):
 
     # Counting parameters and FLOPs (for roofline estimates in later chapters)
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (a tied matrix counts once); optionally without the input embedding."""
-        total = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
+        """Number of distinct parameters (a tied matrix counts
+        once); optionally without the input embedding."""
+        # parameters() yields a shared tensor once
+        total = sum(p.numel() for p in self.parameters())
         return total - self.embed.weight.numel() if exclude_embeddings else total
 
     def flops_per_token(self, context_len: int = 0) -> int:
         """Forward FLOPs for one token that attends to `context_len` keys.
 
-        = 2 * (weights used in matmuls)  +  4 * n_layers * context_len * n_heads * head_dim
-        The first term is the "2 x non-embedding parameters" rule (a multiply and an add per weight);
-        it counts every nn.Linear, including lm_head even when tied (the output projection is a real
-        matmul; only the input lookup is free) and leaves out norms and biases (O(dim) work).
-        The second term is q.k^T and weights.v: 2 FLOPs per (key, head, dim) each. context_len=0 gives the 2N rule.
-        Prefill of S tokens with a kernel that computes the full S x S scores costs S * flops_per_token(S).
+        = 2 * (weights used in matmuls)  +  4 *
+        n_layers * context_len * n_heads * head_dim
+        The first term is the "2 x non-embedding parameters" rule (a multiply and an add
+        per weight); it counts every nn.Linear, including lm_head even when tied (the
+        output projection is a real matmul; only the input lookup is free) and leaves
+        out norms and biases (O(dim) work). The second term is q.k^T and weights.v: 2
+        FLOPs per (key, head, dim) each. context_len=0 gives the 2N rule. Prefill of S
+        tokens with a kernel that computes the full S x S scores costs S *
+        flops_per_token(S).
         """
-        matmul_weights = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-        attention = 4 * self.cfg.n_layers * context_len * self.cfg.n_heads * self.cfg.head_dim
+        matmul_weights = sum(
+            m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear)
+        )
+        attention = (
+            4 * self.cfg.n_layers * context_len * self.cfg.n_heads * self.cfg.head_dim
+        )
         return 2 * matmul_weights + attention
 
 
