@@ -5,10 +5,10 @@
 # %% chapters/05_prefill_decode.ipynb § Counting the work
 """Counting and measuring the two phases of inference.
 
-FLOPs and bytes of a forward pass for prefill (many new tokens) and decode (one new token per
-sequence), computed from a ModelConfig alone; the shapes of a few published models and
-accelerators; the measured ceilings of the machine at hand (matmul FLOP/s, copy bandwidth);
-and a roofline that says which ceiling limits a given piece of work.
+FLOPs and bytes of a forward pass for prefill (many new tokens) and decode (one new
+token per sequence), computed from a ModelConfig alone; the shapes of a few published
+models and accelerators; the measured ceilings of the machine at hand (matmul FLOP/s,
+copy bandwidth); and a roofline that says which ceiling limits a given piece of work.
 """
 from __future__ import annotations
 
@@ -30,38 +30,48 @@ def _itemsize(dtype: torch.dtype | int) -> int:
         return dtype.itemsize
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype > 0:
         return dtype
-    raise TypeError(f"dtype must be a torch.dtype or a positive number of bytes, got {dtype!r}")
+    raise TypeError("dtype must be a torch.dtype or a "
+                    f"positive number of bytes, got {dtype!r}")
 
 
 def matmul_weights(cfg: ModelConfig) -> int:
-    """Weights every token is multiplied by in one forward pass: q, k, v, o and the MLP of every
-    layer, plus lm_head. The input embedding is looked up, not multiplied, so it is not counted
-    (unless it is tied to lm_head, where the same matrix is counted once, as lm_head)."""
+    """Weights every token is multiplied by in one forward pass: q, k, v, o and the MLP
+    of every layer, plus lm_head. The input embedding is looked up, not multiplied, so
+    it is not counted (unless it is tied to lm_head, where the same matrix is counted
+    once, as lm_head)."""
     q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     per_layer = cfg.dim * (2 * q_out + 2 * kv_out) + 3 * cfg.dim * cfg.hidden_dim
     return cfg.n_layers * per_layer + cfg.vocab_size * cfg.dim
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    """All parameters of the model (a tied embedding counted once): matmul weights, the input
-    embedding, norms and biases. Equals Transformer(cfg).num_parameters() without building it."""
+    """All parameters of the model (a tied embedding counted once): matmul weights, the
+    input embedding, norms and biases. Equals
+    Transformer(cfg).num_parameters() without building it."""
     q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     embedding = 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.dim
-    norms = cfg.n_layers * (2 * cfg.dim + (2 * cfg.head_dim if cfg.qk_norm else 0)) + cfg.dim
+    norms = (
+        cfg.n_layers * (2 * cfg.dim + (2 * cfg.head_dim if cfg.qk_norm else 0))
+        + cfg.dim
+    )
     biases = cfg.n_layers * ((q_out + 2 * kv_out if cfg.attention_bias else 0)
                              + (cfg.dim if cfg.attention_out_bias else 0)
                              + (2 * cfg.hidden_dim + cfg.dim if cfg.mlp_bias else 0))
     return matmul_weights(cfg) + embedding + norms + biases
 
 
-def kv_bytes_per_token(cfg: ModelConfig, dtype: torch.dtype | int = torch.float32) -> int:
-    """Bytes of KV cache one token occupies: a key and a value vector per layer and kv head."""
+def kv_bytes_per_token(
+    cfg: ModelConfig, dtype: torch.dtype | int = torch.float32
+) -> int:
+    """Bytes of KV cache one token occupies: a key
+    and a value vector per layer and kv head."""
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * _itemsize(dtype)
 
 
 @dataclass(frozen=True)
 class Cost:
-    """The work of one forward pass: floating-point operations and bytes moved to or from memory."""
+    """The work of one forward pass: floating-point
+    operations and bytes moved to or from memory."""
     flops: float
     bytes: float
 
@@ -74,55 +84,76 @@ class Cost:
 def attention_flops(cfg: ModelConfig, n_new: int, context_len: int = 0) -> int:
     """FLOPs of q·k and weights·v when `n_new` tokens follow `context_len` cached ones.
 
-    New token i (0-based) sees context_len + i + 1 keys; per key and query head, q·k and the
-    weighted sum of values cost 2 * head_dim FLOPs each. Only the causal (unmasked) pairs count.
+    New token i (0-based) sees context_len + i + 1 keys; per key and query head, q·k and
+    the weighted sum of values cost 2 * head_dim FLOPs each. Only the causal (unmasked)
+    pairs count.
     """
     pairs = n_new * context_len + n_new * (n_new + 1) // 2
     return 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * pairs
 
 
-def forward_cost(cfg: ModelConfig, n_new: int, context_len: int = 0, batch: int = 1,
-                 dtype: torch.dtype | int = torch.float32, all_logits: bool = True) -> Cost:
-    """FLOPs and bytes of one forward pass over `n_new` new tokens per sequence, for `batch`
-    sequences that already have `context_len` tokens in their KV cache.
+def forward_cost(
+    cfg: ModelConfig,
+    n_new: int,
+    context_len: int = 0,
+    batch: int = 1,
+    dtype: torch.dtype | int = torch.float32,
+    all_logits: bool = True,
+) -> Cost:
+    """FLOPs and bytes of one forward pass over `n_new` new tokens per sequence, for
+    `batch` sequences that already have `context_len` tokens in their KV cache.
 
     FLOPs: 2 per weight per token for every matmul, plus attention (attention_flops).
-    Bytes: every matmul weight is read once per pass, whatever the batch; each sequence reads its
-    cached keys and values and writes those of its new tokens. Activations are left out: they
-    are small next to the weights and mostly stay in on-chip caches.
-    all_logits: llmcore's Transformer computes logits at every position (True); a server needs
-    only the last one, which makes lm_head's share of prefill negligible (False).
+    Bytes: every matmul weight is read once per pass, whatever the batch; each sequence
+    reads its cached keys and values and writes those of its new tokens. Activations are
+    left out: they are small next to the weights and mostly stay in on-chip caches.
+    all_logits: llmcore's Transformer computes logits at every position (True); a server
+    needs only the last one, which makes lm_head's share of prefill negligible (False).
     """
     if n_new < 1 or context_len < 0 or batch < 1:
-        raise ValueError(f"need n_new >= 1, context_len >= 0, batch >= 1; got {n_new}, {context_len}, {batch}")
+        raise ValueError("need n_new >= 1, context_len >= 0, batch "
+                         f">= 1; got {n_new}, {context_len}, {batch}")
     lm_head = cfg.vocab_size * cfg.dim
     body = matmul_weights(cfg) - lm_head
     logit_rows = n_new if all_logits else 1
-    flops = batch * (2 * body * n_new + 2 * lm_head * logit_rows + attention_flops(cfg, n_new, context_len))
+    flops = batch * (
+        2 * body * n_new
+        + 2 * lm_head * logit_rows
+        + attention_flops(cfg, n_new, context_len)
+    )
     weight_bytes = matmul_weights(cfg) * _itemsize(dtype)
     kv_bytes = batch * (context_len + n_new) * kv_bytes_per_token(cfg, dtype)
     return Cost(flops=float(flops), bytes=float(weight_bytes + kv_bytes))
 
 
-def prefill_cost(cfg: ModelConfig, prompt_len: int, batch: int = 1, dtype: torch.dtype | int = torch.float32,
-                 all_logits: bool = True) -> Cost:
+def prefill_cost(
+    cfg: ModelConfig,
+    prompt_len: int,
+    batch: int = 1,
+    dtype: torch.dtype | int = torch.float32,
+    all_logits: bool = True,
+) -> Cost:
     """Prefill: the whole prompt in one forward pass, nothing cached yet."""
     return forward_cost(cfg, prompt_len, 0, batch, dtype, all_logits)
 
 
 def decode_cost(cfg: ModelConfig, context_len: int, batch: int = 1,
                 dtype: torch.dtype | int = torch.float32) -> Cost:
-    """One decode step: one new token per sequence, each after `context_len` cached tokens."""
+    """One decode step: one new token per sequence,
+    each after `context_len` cached tokens."""
     return forward_cost(cfg, 1, context_len, batch, dtype)
 
 
-# %% chapters/05_prefill_decode.ipynb § Prefill: the first token waits for the whole prompt
+# %% chapters/05_prefill_decode.ipynb §
+#    Prefill: the first token waits for the whole prompt
 def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
                 device: str | torch.device | None = None) -> float:
-    """Median wall-clock seconds of `fn()` over `repeats` calls, after `warmup` untimed calls.
+    """Median wall-clock seconds of `fn()` over
+    `repeats` calls, after `warmup` untimed calls.
 
-    The median, not the mean: on a shared machine a few runs are slowed by other work, and the
-    median ignores them. Pass `device` to wait for queued GPU work before reading the clock.
+    The median, not the mean: on a shared machine a few runs are slowed by other work,
+    and the median ignores them. Pass `device` to wait for queued GPU work before
+    reading the clock.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -141,12 +172,17 @@ def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
 
 
 # %% chapters/05_prefill_decode.ipynb § The roofline of this machine
-def measure_matmul_flops(device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                         size: int | None = None, repeats: int = 5) -> float:
+def measure_matmul_flops(
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    size: int | None = None,
+    repeats: int = 5,
+) -> float:
     """FLOP/s of a square matrix product on `device` in `dtype`: the compute ceiling.
 
-    A size x size product costs 2 * size**3 FLOPs. The default size (1024 on a CPU, 8192 on a GPU)
-    is large enough to keep every core busy and small enough to run in a blink.
+    A size x size product costs 2 * size**3 FLOPs. The default size (1024 on a CPU, 8192
+    on a GPU) is large enough to keep every core busy and small enough to run in a
+    blink.
     """
     device = pick_device(device)
     dtype = resolve_dtype(dtype, device)
@@ -154,23 +190,31 @@ def measure_matmul_flops(device: str | torch.device | None = None, dtype: torch.
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device, dtype)
     b = torch.randn(n, n, generator=gen).to(device, dtype)
-    seconds = median_time(lambda: torch.mm(a, b), repeats=repeats, warmup=2, device=device)
+    seconds = median_time(
+        lambda: torch.mm(a, b), repeats=repeats, warmup=2, device=device
+    )
     return 2 * n**3 / seconds
 
 
-def measure_copy_bandwidth(device: str | torch.device | None = None, nbytes: int | None = None,
-                           repeats: int = 5) -> float:
+def measure_copy_bandwidth(
+    device: str | torch.device | None = None,
+    nbytes: int | None = None,
+    repeats: int = 5,
+) -> float:
     """Bytes per second a large copy moves through memory: the bandwidth ceiling.
 
-    Copying N bytes reads N and writes N, so 2N bytes are counted (STREAM's convention). The
-    buffer (128 MiB on a CPU, 1 GiB on a GPU by default) is larger than most caches, so the
-    bytes come from and go to main memory: work whose data fits in cache can run faster.
+    Copying N bytes reads N and writes N, so 2N bytes are counted (STREAM's convention).
+    The buffer (128 MiB on a CPU, 1 GiB on a GPU by default) is larger than most caches,
+    so the bytes come from and go to main memory: work whose data fits in cache can run
+    faster.
     """
     device = pick_device(device)
     n = nbytes or (2**27 if device.type == "cpu" else 2**30)
     src = torch.ones(n // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    seconds = median_time(lambda: dst.copy_(src), repeats=repeats, warmup=1, device=device)
+    seconds = median_time(
+        lambda: dst.copy_(src), repeats=repeats, warmup=1, device=device
+    )
     return 2 * src.nbytes / seconds
 
 
@@ -179,14 +223,16 @@ def measure_copy_bandwidth(device: str | torch.device | None = None, nbytes: int
 class Roofline:
     """Two ceilings of a machine: compute (FLOP/s) and memory bandwidth (bytes/s).
 
-    Work of intensity I (FLOPs per byte) cannot run faster than min(peak_flops, bandwidth * I).
+    Work of intensity I (FLOPs per byte) cannot run
+    faster than min(peak_flops, bandwidth * I).
     """
     peak_flops: float
     bandwidth: float
 
     @property
     def ridge(self) -> float:
-        """The intensity (FLOP/byte) where the two ceilings meet; below it, memory is the limit."""
+        """The intensity (FLOP/byte) where the two
+        ceilings meet; below it, memory is the limit."""
         return self.peak_flops / self.bandwidth
 
     def attainable(self, intensity: float) -> float:
@@ -198,18 +244,27 @@ class Roofline:
         return "memory" if intensity < self.ridge else "compute"
 
     def min_time(self, cost: Cost) -> float:
-        """Lower bound on the seconds `cost` takes: the slower of computing it and moving its bytes."""
+        """Lower bound on the seconds `cost` takes: the
+        slower of computing it and moving its bytes."""
         return max(cost.flops / self.peak_flops, cost.bytes / self.bandwidth)
 
 
-def measure_roofline(device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Roofline:
-    """The measured ceilings of `device`: matmul FLOP/s in `dtype` and copy bandwidth."""
+def measure_roofline(
+    device: str | torch.device | None = None, dtype: torch.dtype | str | None = None
+) -> Roofline:
+    """The measured ceilings of `device`: matmul
+    FLOP/s in `dtype` and copy bandwidth."""
     return Roofline(measure_matmul_flops(device, dtype), measure_copy_bandwidth(device))
 
 
-def plot_roofline(roofline: Roofline, points: dict[str, list[tuple[float, float]]] | None = None,
-                  ax=None, title: str | None = None):
-    """Draw the roofline (log-log) and measured points {label: [(intensity, FLOP/s), ...]}; return ax."""
+def plot_roofline(
+    roofline: Roofline,
+    points: dict[str, list[tuple[float, float]]] | None = None,
+    ax=None,
+    title: str | None = None,
+):
+    """Draw the roofline (log-log) and measured points
+    {label: [(intensity, FLOP/s), ...]}; return ax."""
     import matplotlib.pyplot as plt  # only needed for drawing
 
     if ax is None:
@@ -218,10 +273,20 @@ def plot_roofline(roofline: Roofline, points: dict[str, list[tuple[float, float]
     xs = [x for series in points.values() for x, _ in series] + [roofline.ridge]
     lo, hi = min(xs) / 4, max(xs) * 4
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.plot(grid, [roofline.attainable(x) for x in grid], color="black", linewidth=1.5, label="roofline")
+    ax.plot(
+        grid,
+        [roofline.attainable(x) for x in grid],
+        color="black",
+        linewidth=1.5,
+        label="roofline",
+    )
     ax.axvline(roofline.ridge, color="grey", linestyle=":", linewidth=1)
     for i, (label, series) in enumerate(points.items()):
-        ax.plot([x for x, _ in series], [y for _, y in series], "o-", color=f"C{i}", label=label, markersize=4)
+        ax.plot(
+            [x for x, _ in series],
+            [y for _, y in series],
+            "o-", color=f"C{i}", label=label, markersize=4,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
@@ -232,37 +297,60 @@ def plot_roofline(roofline: Roofline, points: dict[str, list[tuple[float, float]
     return ax
 
 
-# %% chapters/05_prefill_decode.ipynb § Real models on real GPUs: why decode leaves the GPU idle
-LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192}
+# %% chapters/05_prefill_decode.ipynb §
+#    Real models on real GPUs: why decode leaves the GPU idle
+LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
-MODEL_SHAPES = {  # config.json facts of each model, in ModelConfig's names (no weights needed)
-    "SmolLM2-135M": ModelConfig(vocab_size=49152, dim=576, n_layers=30, n_heads=9, n_kv_heads=3,
-                                hidden_dim=1536, norm_eps=1e-5, rope_theta=100000.0,
-                                max_position_embeddings=8192, tie_word_embeddings=True),
-    "Llama-2-7B": ModelConfig(vocab_size=32000, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32,
-                              hidden_dim=11008, max_position_embeddings=4096),
-    "Mistral-7B-v0.3": ModelConfig(vocab_size=32768, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
-                                   hidden_dim=14336, rope_theta=1e6, max_position_embeddings=32768),
-    "Qwen2.5-7B": ModelConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4,
-                              hidden_dim=18944, rope_theta=1e6, max_position_embeddings=131072,
-                              attention_bias=True),
-    "Llama-3.1-8B": ModelConfig(vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
-                                hidden_dim=14336, rope_theta=500000.0, rope_scaling=LLAMA31_ROPE,
-                                max_position_embeddings=131072),
-    "Llama-3.1-70B": ModelConfig(vocab_size=128256, dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,
-                                 hidden_dim=28672, rope_theta=500000.0, rope_scaling=LLAMA31_ROPE,
-                                 max_position_embeddings=131072),
+# config.json facts of each model, in ModelConfig's names (no weights needed)
+MODEL_SHAPES = {
+    "SmolLM2-135M": ModelConfig(
+        vocab_size=49152, dim=576, n_layers=30, n_heads=9, n_kv_heads=3,
+        hidden_dim=1536, norm_eps=1e-5, rope_theta=100000.0,
+        max_position_embeddings=8192, tie_word_embeddings=True,
+    ),
+    "Llama-2-7B": ModelConfig(
+        vocab_size=32000, dim=4096, n_layers=32, n_heads=32, n_kv_heads=32,
+        hidden_dim=11008, max_position_embeddings=4096,
+    ),
+    "Mistral-7B-v0.3": ModelConfig(
+        vocab_size=32768, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+        hidden_dim=14336, rope_theta=1e6, max_position_embeddings=32768,
+    ),
+    "Qwen2.5-7B": ModelConfig(
+        vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4,
+        hidden_dim=18944, rope_theta=1e6, max_position_embeddings=131072,
+        attention_bias=True,
+    ),
+    "Llama-3.1-8B": ModelConfig(
+        vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+        hidden_dim=14336, rope_theta=500000.0, rope_scaling=LLAMA31_ROPE,
+        max_position_embeddings=131072,
+    ),
+    "Llama-3.1-70B": ModelConfig(
+        vocab_size=128256, dim=8192, n_layers=80, n_heads=64, n_kv_heads=8,
+        hidden_dim=28672, rope_theta=500000.0, rope_scaling=LLAMA31_ROPE,
+        max_position_embeddings=131072,
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Accelerator:
-    """Datasheet figures of a GPU: dense bf16 tensor-core FLOP/s, memory bandwidth and capacity."""
+    """Datasheet figures of a GPU: dense bf16 tensor-core
+    FLOP/s, memory bandwidth and capacity."""
     name: str
-    peak_flops: float  # FLOP/s, dense (the datasheets' "with sparsity" figures are twice this)
-    bandwidth: float   # bytes/s
-    memory: float      # bytes (nominal GB of the product name, 10^9 bytes)
+    # FLOP/s, dense (the datasheets' "with sparsity" figures are twice this)
+    peak_flops: float
+    # bytes/s
+    bandwidth: float
+    # bytes (nominal GB of the product name, 10^9 bytes)
+    memory: float
 
 
 ACCELERATORS = {
