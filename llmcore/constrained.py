@@ -3,15 +3,15 @@
 
 
 # %% chapters/07_sampling.ipynb § Constrained decoding: output that always parses
-"""Constrained decoding: at every step, allow only the tokens that keep the output a prefix of
-valid JSON, so that the finished text always parses.
+"""Constrained decoding: at every step, allow only the tokens that keep the output a
+prefix of valid JSON, so that the finished text always parses.
 
-`json_step(state, byte)` is a byte-level pushdown automaton for JSON (RFC 8259): its state is a
-tuple used as a stack, and it returns None for a byte that no valid JSON could continue with.
-`JsonConstraint` walks a trie of the vocabulary with it to find the allowed tokens
-(remembered per state), and `mask_logits` sets every other logit to -inf. The decode loops
-of chapter 8 on take it as `constraint=`: they sample under the mask and stop when the
-value is complete.
+`json_step(state, byte)` is a byte-level pushdown automaton for JSON (RFC 8259): its
+state is a tuple used as a stack, and it returns None for a byte that no valid JSON
+could continue with. `JsonConstraint` walks a trie of the vocabulary with it to find the
+allowed tokens (remembered per state), and `mask_logits` sets every other logit to -inf.
+The decode loops of chapter 8 on take it as `constraint=`: they sample under the mask
+and stop when the value is complete.
 """
 from __future__ import annotations
 
@@ -21,7 +21,11 @@ import torch
 
 from llmcore.tokenizer import Tokenizer
 
-_WS, _DIGITS, _HEX = frozenset(b" \t\n\r"), frozenset(b"0123456789"), frozenset(b"0123456789abcdefABCDEF")
+_WS, _DIGITS, _HEX = (
+    frozenset(b" \t\n\r"),
+    frozenset(b"0123456789"),
+    frozenset(b"0123456789abcdefABCDEF"),
+)
 _LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 _NUMBER_END = {"N0", "ND", "NF", "NX"}  # number states in which the number may stop
 OBJECT_START: tuple = ("END", "OBJ")    # a top-level JSON object, then only whitespace
@@ -50,12 +54,12 @@ def _value(rest: tuple, b: int) -> tuple | None:
 def json_step(state: tuple, b: int) -> tuple | None:
     """The state after byte `b`, or None if no valid JSON text continues this way."""
     top, rest = state[-1], state[:-1]
-    if top == "S":                                   # inside a string (a key or a value)
+    if top == "S":  # inside a string (a key or a value)
         if b == ord('"'):
             return rest                              # the string is complete
         if b == ord("\\"):
             return rest + ("S\\",)
-        return None if b < 0x20 else state           # control characters must be escaped
+        return None if b < 0x20 else state  # control characters must be escaped
     if top == "S\\":
         if b in b'"\\/bfnrt':
             return rest + ("S",)
@@ -69,25 +73,34 @@ def json_step(state: tuple, b: int) -> tuple | None:
         if b != literal[0]:
             return None
         return rest + (("L", literal[1:]),) if len(literal) > 1 else rest
-    if top[0] == "N":                                # a number: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
-        nxt = {"N-": {**dict.fromkeys(b"0", "N0"), **dict.fromkeys(b"123456789", "ND")},
-               "N0": {ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
-               "ND": {**dict.fromkeys(_DIGITS, "ND"), ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
-               "N.": dict.fromkeys(_DIGITS, "NF"),
-               "NF": {**dict.fromkeys(_DIGITS, "NF"), ord("e"): "NE", ord("E"): "NE"},
-               "NE": {**dict.fromkeys(_DIGITS, "NX"), ord("+"): "NS", ord("-"): "NS"},
-               "NS": dict.fromkeys(_DIGITS, "NX"),
-               "NX": dict.fromkeys(_DIGITS, "NX")}[top].get(b)
+    if top[0] == "N":  # a number: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
+        nxt = {
+            "N-": {**dict.fromkeys(b"0", "N0"), **dict.fromkeys(b"123456789", "ND")},
+            "N0": {ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
+            "ND": {
+                **dict.fromkeys(_DIGITS, "ND"),
+                ord("."): "N.",
+                ord("e"): "NE",
+                ord("E"): "NE",
+            },
+            "N.": dict.fromkeys(_DIGITS, "NF"),
+            "NF": {**dict.fromkeys(_DIGITS, "NF"), ord("e"): "NE", ord("E"): "NE"},
+            "NE": {**dict.fromkeys(_DIGITS, "NX"), ord("+"): "NS", ord("-"): "NS"},
+            "NS": dict.fromkeys(_DIGITS, "NX"),
+            "NX": dict.fromkeys(_DIGITS, "NX"),
+        }[top].get(b)
         if nxt is not None:
             return rest + (nxt,)
-        return json_step(rest, b) if top in _NUMBER_END else None  # the number ended: b belongs to what follows
-    if b in _WS:                                     # whitespace may separate everything below
+        # the number ended: b belongs to what follows
+        return json_step(rest, b) if top in _NUMBER_END else None
+    # whitespace may separate everything below
+    if b in _WS:
         return state
     if top == "V":
         return _value(rest, b)
     if top == "OBJ":
         return rest + ("O1",) if b == ord("{") else None
-    if top in ("O1", "OK"):                          # after "{" (may close) or after "," (needs a key)
+    if top in ("O1", "OK"):  # after "{" (may close) or after "," (needs a key)
         if b == ord('"'):
             return rest + ("OC", "S")
         return rest if b == ord("}") and top == "O1" else None
@@ -103,7 +116,8 @@ def json_step(state: tuple, b: int) -> tuple | None:
 
 
 def json_state(text: bytes | str, start: tuple = VALUE_START) -> tuple | None:
-    """The automaton's state after `text`, or None as soon as it cannot be a prefix of JSON."""
+    """The automaton's state after `text`, or None
+    as soon as it cannot be a prefix of JSON."""
     state = start
     for b in text.encode() if isinstance(text, str) else text:
         state = json_step(state, b)
@@ -113,28 +127,37 @@ def json_state(text: bytes | str, start: tuple = VALUE_START) -> tuple | None:
 
 
 def is_complete(state: tuple | None) -> bool:
-    """Whether the text read so far is a whole JSON value (trailing whitespace allowed)."""
-    return state == ("END",) or (state is not None and len(state) == 2 and state[0] == "END"
-                                 and state[1] in _NUMBER_END)
+    """Whether the text read so far is a whole
+    JSON value (trailing whitespace allowed)."""
+    return state == ("END",) or (
+        state is not None
+        and len(state) == 2
+        and state[0] == "END"
+        and state[1] in _NUMBER_END
+    )
 
 
 # %% chapters/07_sampling.ipynb § Constrained decoding: output that always parses
 class JsonConstraint:
-    """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary walked with
-    json_step, the answer remembered for each automaton state (states recur constantly)."""
+    """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary
+    walked with json_step, the answer remembered for
+    each automaton state (states recur constantly)."""
 
     def __init__(self, tokenizer: Tokenizer, start: tuple = OBJECT_START):
         self.vocab_size, self.start = tokenizer.vocab_size, start
         self.trie: dict = {}
         special = set(tokenizer.special_tokens.values())
-        self.token_bytes = [tokenizer.decode_bytes([token]) for token in range(tokenizer.vocab_size)]
+        self.token_bytes = [
+            tokenizer.decode_bytes([token]) for token in range(tokenizer.vocab_size)
+        ]
         for token in range(tokenizer.vocab_size):
             if token in special:
                 continue
             node = self.trie
             for b in self.token_bytes[token]:
                 node = node.setdefault(b, {})
-            node.setdefault(None, []).append(token)  # key None: the tokens that end here
+            # key None: the tokens that end here
+            node.setdefault(None, []).append(token)
         self._allowed: dict[tuple, torch.Tensor] = {}
 
     def allowed(self, state: tuple) -> torch.Tensor:
@@ -155,15 +178,17 @@ class JsonConstraint:
         return self._allowed[state]
 
     def advance(self, state: tuple, token_bytes: bytes) -> tuple:
-        """The state after a token's bytes; ValueError if they do not continue valid JSON."""
+        """The state after a token's bytes; ValueError
+        if they do not continue valid JSON."""
         after = json_state(token_bytes, state)
         if after is None:
-            raise ValueError(f"token bytes {token_bytes!r} do not continue valid JSON from this state")
+            raise ValueError(f"token bytes {token_bytes!r} do not "
+                             "continue valid JSON from this state")
         return after
 
     def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:
-        """`logits` (vocab,) with every token that cannot follow `state` set to -inf (ids beyond
-        the tokenizer's vocabulary included)."""
+        """`logits` (vocab,) with every token that cannot follow `state` set to -inf
+        (ids beyond the tokenizer's vocabulary included)."""
         allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
         mask = self.allowed(state)
         n = min(len(mask), len(allowed))

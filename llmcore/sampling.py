@@ -3,20 +3,24 @@
 
 
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
-"""Choosing the next token: sampling parameters, logits processors and a batched, seedable sampler.
+"""Choosing the next token: sampling parameters,
+logits processors and a batched, seedable sampler.
 
-`Sampler` turns a batch of logits (one row per request, each with its own `SamplingParams`) into
-token ids. Every step is one `LogitsProcessor`, a pure function that returns new logits and never
-edits its input, applied in this order:
+`Sampler` turns a batch of logits (one row per request, each with its own
+`SamplingParams`) into token ids. Every step is one `LogitsProcessor`, a pure function
+that returns new logits and never edits its input, applied in this order:
 
     penalties -> logit bias -> temperature -> top-k -> top-p -> min-p -> softmax -> draw
 
-- Penalties first: they are defined on the model's raw scores (the repetition penalty's rule
-  depends on the sign of the raw logit, which bias or temperature would change).
-- Bias next, so the user's edit lands exactly as given, not rescaled by a penalty (transformers
-  applies `sequence_bias` before its repetition penalty: that differs only for seen, biased tokens).
-- Temperature before the filters, so top-p and min-p judge the distribution actually sampled.
-- top-k (a cheap cap), top-p on what is left (renormalised), then min-p: transformers' order.
+- Penalties first: they are defined on the model's raw scores (the repetition penalty's
+  rule depends on the sign of the raw logit, which bias or temperature would change).
+- Bias next, so the user's edit lands exactly as given, not rescaled by a penalty
+  (transformers applies `sequence_bias` before its repetition penalty: that differs only
+  for seen, biased tokens).
+- Temperature before the filters, so top-p and
+  min-p judge the distribution actually sampled.
+- top-k (a cheap cap), top-p on what is left
+  (renormalised), then min-p: transformers' order.
 - Greedy rows (temperature 0) take the argmax after penalties and bias; the filters are
   irrelevant there because each of them always keeps the most likely token.
 """
@@ -29,7 +33,8 @@ from typing import Protocol
 
 import torch
 
-GREEDY_TEMPERATURE = 1e-5  # temperatures below this are greedy (dividing by them only risks overflow)
+# temperatures below this are greedy (dividing by them only risks overflow)
+GREEDY_TEMPERATURE = 1e-5
 
 
 def _is_int(x) -> bool:
@@ -42,21 +47,35 @@ def _is_real(x) -> bool:
 
 @dataclass
 class SamplingParams:
-    """How one request picks its tokens and when it stops. Invalid values raise ValueError at once."""
+    """How one request picks its tokens and when it
+    stops. Invalid values raise ValueError at once."""
 
-    temperature: float = 1.0          # 0 (or < GREEDY_TEMPERATURE) = greedy; higher = flatter
-    top_k: int = 0                    # keep the k most likely tokens; 0 = off
-    top_p: float = 1.0                # keep the smallest set with probability >= top_p; 1 = off
-    min_p: float = 0.0                # keep tokens with prob >= min_p * max prob; 0 = off
-    repetition_penalty: float = 1.0   # > 1 discourages any token already seen (prompt or output)
-    presence_penalty: float = 0.0     # subtracted once from every token generated so far
-    frequency_penalty: float = 0.0    # subtracted per occurrence in the output so far
-    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
-    seed: int | None = None           # own random stream; None = the sampler's shared one
-    max_tokens: int = 256             # generate at most this many tokens
-    min_tokens: int = 0               # ignore stop conditions until this many tokens exist
-    stop: list[str] = field(default_factory=list)          # stop when the text ends with one of these
-    stop_token_ids: list[int] = field(default_factory=list)  # stop after generating one of these
+    # 0 (or < GREEDY_TEMPERATURE) = greedy; higher = flatter
+    temperature: float = 1.0
+    # keep the k most likely tokens; 0 = off
+    top_k: int = 0
+    # keep the smallest set with probability >= top_p; 1 = off
+    top_p: float = 1.0
+    # keep tokens with prob >= min_p * max prob; 0 = off
+    min_p: float = 0.0
+    # > 1 discourages any token already seen (prompt or output)
+    repetition_penalty: float = 1.0
+    # subtracted once from every token generated so far
+    presence_penalty: float = 0.0
+    # subtracted per occurrence in the output so far
+    frequency_penalty: float = 0.0
+    # token id -> added to its logit
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    # own random stream; None = the sampler's shared one
+    seed: int | None = None
+    # generate at most this many tokens
+    max_tokens: int = 256
+    # ignore stop conditions until this many tokens exist
+    min_tokens: int = 0
+    # stop when the text ends with one of these
+    stop: list[str] = field(default_factory=list)
+    # stop after generating one of these
+    stop_token_ids: list[int] = field(default_factory=list)
     include_stop_str_in_output: bool = False
 
     def __post_init__(self):
@@ -67,90 +86,158 @@ class SamplingParams:
         return self.temperature < GREEDY_TEMPERATURE
 
     def validate(self) -> None:
-        """The one place a request's parameters are checked; the sampler may then trust them."""
+        """The one place a request's parameters are
+        checked; the sampler may then trust them."""
         def ids(v):
-            return isinstance(v, (list, tuple)) and all(_is_int(t) and t >= 0 for t in v)
+            return isinstance(v, (list, tuple)) and all(
+                _is_int(t) and t >= 0 for t in v
+            )
 
         rules = (  # field, test, what is allowed
-            ("temperature", lambda v: _is_real(v) and v >= 0, "a finite number >= 0 (0 = greedy)"),
+            (
+                "temperature",
+                lambda v: _is_real(v) and v >= 0,
+                "a finite number >= 0 (0 = greedy)",
+            ),
             ("top_k", lambda v: _is_int(v) and v >= 0, "an int >= 0 (0 = off)"),
-            ("top_p", lambda v: _is_real(v) and 0 < v <= 1, "a number in (0, 1] (1 = off)"),
-            ("min_p", lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1] (0 = off)"),
-            ("repetition_penalty", lambda v: _is_real(v) and v > 0, "a finite number > 0 (1 = off)"),
-            ("presence_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2] (0 = off)"),
-            ("frequency_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2] (0 = off)"),
-            ("logit_bias", lambda v: isinstance(v, dict) and ids(list(v)) and all(map(_is_real, v.values())),
-             "a dict {token id >= 0: finite bias} (ban a token with a bias like -100)"),
-            ("seed", lambda v: v is None or (_is_int(v) and 0 <= v < 2**64), "None or an int in [0, 2**64)"),
+            (
+                "top_p",
+                lambda v: _is_real(v) and 0 < v <= 1,
+                "a number in (0, 1] (1 = off)",
+            ),
+            (
+                "min_p",
+                lambda v: _is_real(v) and 0 <= v <= 1,
+                "a number in [0, 1] (0 = off)",
+            ),
+            (
+                "repetition_penalty",
+                lambda v: _is_real(v) and v > 0,
+                "a finite number > 0 (1 = off)",
+            ),
+            (
+                "presence_penalty",
+                lambda v: _is_real(v) and -2 <= v <= 2,
+                "a number in [-2, 2] (0 = off)",
+            ),
+            (
+                "frequency_penalty",
+                lambda v: _is_real(v) and -2 <= v <= 2,
+                "a number in [-2, 2] (0 = off)",
+            ),
+            (
+                "logit_bias",
+                lambda v: (
+                    isinstance(v, dict)
+                    and ids(list(v))
+                    and all(map(_is_real, v.values()))
+                ),
+                "a dict {token id >= 0: finite bias} "
+                "(ban a token with a bias like -100)",
+            ),
+            (
+                "seed",
+                lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
+                "None or an int in [0, 2**64)",
+            ),
             ("max_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-            ("min_tokens", lambda v: _is_int(v) and 0 <= v <= self.max_tokens,
-             f"an int in [0, max_tokens={self.max_tokens}]"),
-            ("stop", lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, str) and s for s in v),
-             "a list of non-empty strings"),
+            (
+                "min_tokens",
+                lambda v: _is_int(v) and 0 <= v <= self.max_tokens,
+                f"an int in [0, max_tokens={self.max_tokens}]",
+            ),
+            (
+                "stop",
+                lambda v: (
+                    isinstance(v, (list, tuple))
+                    and all(isinstance(s, str) and s for s in v)
+                ),
+                "a list of non-empty strings",
+            ),
             ("stop_token_ids", ids, "a list of token ids (ints >= 0)"),
-            ("include_stop_str_in_output", lambda v: isinstance(v, bool), "True or False"),
+            (
+                "include_stop_str_in_output",
+                lambda v: isinstance(v, bool),
+                "True or False",
+            ),
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):
-                raise ValueError(f"SamplingParams.{name} must be {allowed}, got {getattr(self, name)!r}")
+                raise ValueError(f"SamplingParams.{name} must be "
+                                 f"{allowed}, got {getattr(self, name)!r}")
 
 
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
 def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: int,
                         truncate: bool = False) -> int:
-    """How many prompt tokens to keep (the *last* ones) so that prompt + max_tokens fits the window.
+    """How many prompt tokens to keep (the *last*
+    ones) so that prompt + max_tokens fits the window.
 
-    Policy: we never change a request silently. If prompt + max_tokens exceeds the window we raise,
-    saying what to lower, instead of shrinking max_tokens (a caller that wants "as many as fit" can
-    pass context_window - n_prompt_tokens). Only with truncate=True do we drop the oldest prompt
-    tokens, keeping the last context_window - max_tokens so the whole generation budget fits.
+    Policy: we never change a request silently. If prompt + max_tokens exceeds the
+    window we raise, saying what to lower, instead of shrinking max_tokens (a caller
+    that wants "as many as fit" can pass context_window - n_prompt_tokens). Only with
+    truncate=True do we drop the oldest prompt tokens, keeping the last context_window -
+    max_tokens so the whole generation budget fits.
     """
-    for name, value, low in (("n_prompt_tokens", n_prompt_tokens, 1), ("max_tokens", max_tokens, 1),
-                             ("context_window", context_window, 2)):
+    for name, value, low in (
+        ("n_prompt_tokens", n_prompt_tokens, 1),
+        ("max_tokens", max_tokens, 1),
+        ("context_window", context_window, 2),
+    ):
         if not _is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     room = context_window - max_tokens  # positions left for the prompt
     if n_prompt_tokens <= room:
         return n_prompt_tokens
     if room < 1:
-        raise ValueError(f"max_tokens={max_tokens} leaves no room for a prompt in a context window of "
-                         f"{context_window} tokens; lower max_tokens to at most {context_window - 1}")
+        raise ValueError(f"max_tokens={max_tokens} leaves no room for a prompt in a "
+                         f"context window of {context_window} tokens; lower max_tokens "
+                         f"to at most {context_window - 1}")
     if truncate:
         return room
     if n_prompt_tokens >= context_window:
-        raise ValueError(f"prompt ({n_prompt_tokens} tokens) does not fit the context window ({context_window}) "
-                         f"with max_tokens={max_tokens}; shorten it to {room} tokens or pass truncate=True "
-                         f"to keep its last {room}")
-    raise ValueError(f"prompt ({n_prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the context window "
-                     f"({context_window}); lower max_tokens to at most {context_window - n_prompt_tokens}, "
-                     f"shorten the prompt to {room} tokens, or pass truncate=True to keep its last {room}")
+        raise ValueError(f"prompt ({n_prompt_tokens} tokens) does not fit the "
+                         f"context window ({context_window}) with "
+                         f"max_tokens={max_tokens}; shorten it to {room} "
+                         f"tokens or pass truncate=True to keep its last {room}")
+    raise ValueError(f"prompt ({n_prompt_tokens} tokens) + max_tokens "
+                     f"({max_tokens}) exceeds the context window "
+                     f"({context_window}); lower max_tokens to at most "
+                     f"{context_window - n_prompt_tokens}, shorten the prompt to "
+                     f"{room} tokens, or pass truncate=True to keep its last {room}")
 
 
 # %% chapters/07_sampling.ipynb § Logits processors: one transform each
 class LogitsProcessor(Protocol):
-    """logits (batch, vocab) -> new logits of the same shape; the input is never modified."""
+    """logits (batch, vocab) -> new logits of the
+    same shape; the input is never modified."""
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor: ...
 
 
 def _per_row(value, logits: torch.Tensor, dtype=None) -> torch.Tensor:
-    """A scalar or one value per row, as a (batch, 1) (or (1, 1)) tensor that broadcasts over the vocab."""
+    """A scalar or one value per row, as a (batch, 1) (or
+    (1, 1)) tensor that broadcasts over the vocab."""
     t = torch.as_tensor(value, dtype=dtype or logits.dtype, device=logits.device)
     if t.dim() == 0:
         return t.view(*[1] * logits.dim())
     if t.dim() != 1 or logits.dim() != 2 or len(t) != logits.shape[0]:
-        raise ValueError(f"per-row parameter has shape {tuple(t.shape)}; expected a scalar or "
-                         f"({logits.shape[0]},) for logits of shape {tuple(logits.shape)}")
+        raise ValueError(f"per-row parameter has shape {tuple(t.shape)}; "
+                         f"expected a scalar or ({logits.shape[0]},) for "
+                         f"logits of shape {tuple(logits.shape)}")
     return t.unsqueeze(-1)
 
 
 # %% chapters/07_sampling.ipynb § Penalties
 @dataclass(eq=False)
 class RepetitionPenalty:
-    """transformers/CTRL: a token already seen has a positive logit divided by `penalty`, a negative one multiplied."""
+    """transformers/CTRL: a token already seen has a positive logit divided by
+    `penalty`, a negative one multiplied."""
 
-    penalty: float | torch.Tensor  # scalar or (batch,); 1 = off
-    seen: torch.Tensor             # bool (batch, vocab): in the prompt or the output so far
+    # scalar or (batch,); 1 = off
+    penalty: float | torch.Tensor
+    # bool (batch, vocab): in the prompt or the output so far
+    seen: torch.Tensor
 
     def __call__(self, logits):
         p = _per_row(self.penalty, logits)
@@ -160,11 +247,15 @@ class RepetitionPenalty:
 
 @dataclass(eq=False)
 class PresenceFrequencyPenalty:
-    """OpenAI: logit - frequency_penalty * count - presence_penalty * (count > 0), counts over the output."""
+    """OpenAI: logit - frequency_penalty * count - presence_penalty * (count > 0),
+    counts over the output."""
 
-    presence: float | torch.Tensor   # scalar or (batch,); 0 = off
-    frequency: float | torch.Tensor  # scalar or (batch,); 0 = off
-    counts: torch.Tensor             # (batch, vocab) occurrences of each token in the output so far
+    # scalar or (batch,); 0 = off
+    presence: float | torch.Tensor
+    # scalar or (batch,); 0 = off
+    frequency: float | torch.Tensor
+    # (batch, vocab) occurrences of each token in the output so far
+    counts: torch.Tensor
 
     def __call__(self, logits):
         counts = self.counts.to(logits.dtype)
@@ -185,7 +276,8 @@ class LogitBias:
 
 @dataclass(eq=False)
 class Temperature:
-    """Divide by T: T < 1 sharpens, T > 1 flattens. Greedy rows (T ~ 0) are left as they are."""
+    """Divide by T: T < 1 sharpens, T > 1 flattens.
+    Greedy rows (T ~ 0) are left as they are."""
 
     temperature: float | torch.Tensor  # scalar or (batch,); 1 = off
 
@@ -195,7 +287,8 @@ class Temperature:
 
 
 def entropy(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Shannon entropy of softmax(logits) in nats (divide by ln 2 for bits); -inf logits count as 0."""
+    """Shannon entropy of softmax(logits) in nats (divide
+    by ln 2 for bits); -inf logits count as 0."""
     logp = logits.float().log_softmax(dim=dim)
     return -torch.where(logp > -math.inf, logp.exp() * logp, 0.0).sum(dim=dim)
 
@@ -217,12 +310,14 @@ class TopK:
 
 @dataclass(eq=False)
 class TopP:
-    """Nucleus: keep the smallest set of most likely tokens whose probability reaches p (1 = keep all).
+    """Nucleus: keep the smallest set of most likely
+    tokens whose probability reaches p (1 = keep all).
 
-    Sorted from least likely up, a token can go while it and everything below it carry at most
-    1 - p: the rest still holds >= p. (Summing the small ones first is also the accurate way
-    round, and is what transformers does.) The most likely token always stays, and so does every
-    token tied with the least likely one kept, so the set never depends on how a sort orders ties.
+    Sorted from least likely up, a token can go while it and everything below it carry
+    at most 1 - p: the rest still holds >= p. (Summing the small ones first is also the
+    accurate way round, and is what transformers does.) The most likely token always
+    stays, and so does every token tied with the least likely one kept, so the set never
+    depends on how a sort orders ties.
     """
 
     p: float | torch.Tensor  # scalar or (batch,); 1 = off
@@ -232,8 +327,10 @@ class TopP:
         probs = logits.softmax(dim=-1)
         ascending = probs.sort(dim=-1).values
         n_dropped = (ascending.cumsum(dim=-1) <= 1 - p).sum(dim=-1, keepdim=True)
-        threshold = ascending.gather(-1, n_dropped.clamp(max=logits.shape[-1] - 1))  # least likely kept
-        keep = (probs >= threshold) | (p >= 1)  # p = 1 keeps everything, even probabilities that underflow
+        # least likely kept
+        threshold = ascending.gather(-1, n_dropped.clamp(max=logits.shape[-1] - 1))
+        # p = 1 keeps everything, even probabilities that underflow
+        keep = (probs >= threshold) | (p >= 1)
         return logits.masked_fill(~keep, -math.inf)
 
 
@@ -251,31 +348,42 @@ class MinP:
 
 # %% chapters/07_sampling.ipynb § The batch sampler
 def make_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """A request's own random stream: create it once per request and pass it at every step."""
+    """A request's own random stream: create it
+    once per request and pass it at every step."""
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def token_counts(rows: Sequence[Sequence[int]], vocab_size: int, device) -> torch.Tensor:
+def token_counts(
+    rows: Sequence[Sequence[int]], vocab_size: int, device
+) -> torch.Tensor:
     """(batch, vocab) counts of each token id in each row of token ids (a list per row).
 
-    Rebuilt from lists at every step to keep things simple; an engine keeps these counts on the
-    device and adds each new token as it is drawn.
+    Rebuilt from lists at every step to keep things simple; an engine keeps these counts
+    on the device and adds each new token as it is drawn.
     """
     lengths = [len(r) for r in rows]
-    ids = torch.tensor([int(t) for r in rows for t in r], dtype=torch.long, device=device)
+    ids = torch.tensor(
+        [int(t) for r in rows for t in r], dtype=torch.long, device=device
+    )
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"token history contains ids outside [0, {vocab_size}): "
                          f"min {ids.min().item()}, max {ids.max().item()}")
-    row_of = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor(lengths, device=device))
+    row_of = torch.repeat_interleave(
+        torch.arange(len(rows), device=device), torch.tensor(lengths, device=device)
+    )
     counts = torch.zeros(len(rows), vocab_size, dtype=torch.int32, device=device)
-    return counts.index_put_((row_of, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True)
+    return counts.index_put_(
+        (row_of, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True
+    )
 
 
 class Sampler:
-    """Pick one token per row of a (batch, vocab) logits tensor, each row with its own SamplingParams.
+    """Pick one token per row of a (batch, vocab) logits
+    tensor, each row with its own SamplingParams.
 
-    Rows without their own generator draw from one shared stream: seeded by `seed`, or torch's
-    global generator when seed is None (so torch.manual_seed reproduces a whole batch).
+    Rows without their own generator draw from one shared stream: seeded by `seed`, or
+    torch's global generator when seed is None (so torch.manual_seed reproduces a whole
+    batch).
     """
 
     def __init__(self, seed: int | None = None):
@@ -285,38 +393,64 @@ class Sampler:
     def shared_generator(self, device: torch.device) -> torch.Generator | None:
         if self.seed is not None and device not in self._shared:
             self._shared[device] = make_generator(self.seed, device)
-        return self._shared.get(device)  # None: torch's global generator for that device
+        # None: torch's global generator for that device
+        return self._shared.get(device)
 
     def processors(self, params: Sequence[SamplingParams], vocab_size: int, device,
                    prompt_ids=None, output_ids=None) -> tuple[list, list]:
-        """(penalties, warpers): the processors that at least one row needs, with per-row tensors.
+        """(penalties, warpers): the processors that
+        at least one row needs, with per-row tensors.
 
-        Penalties (repetition, presence/frequency, bias) change what the model prefers; warpers
-        (temperature, top-k, top-p, min-p) only shape the randomness, so greedy rows skip them.
-        A row whose value is the "off" value is left unchanged by that processor.
+        Penalties (repetition, presence/frequency, bias) change what the model prefers;
+        warpers (temperature, top-k, top-p, min-p) only shape the randomness, so greedy
+        rows skip them. A row whose value is the "off" value is left unchanged by that
+        processor.
         """
         def column(name, dtype=torch.float32):
-            return torch.tensor([getattr(p, name) for p in params], dtype=dtype, device=device)
+            return torch.tensor(
+                [getattr(p, name) for p in params], dtype=dtype, device=device
+            )
 
         penalties, warpers = [], []
         if any(p.repetition_penalty != 1 for p in params):
             if prompt_ids is None or output_ids is None:
-                raise ValueError("repetition_penalty needs the tokens seen so far: pass prompt_ids and output_ids")
-            seen = token_counts([list(a) + list(b) for a, b in zip(prompt_ids, output_ids)], vocab_size, device) > 0
+                raise ValueError("repetition_penalty needs the tokens seen so far: "
+                                 "pass prompt_ids and output_ids")
+            seen = (
+                token_counts(
+                    [list(a) + list(b) for a, b in zip(prompt_ids, output_ids)],
+                    vocab_size,
+                    device,
+                )
+                > 0
+            )
             penalties.append(RepetitionPenalty(column("repetition_penalty"), seen))
         if any(p.presence_penalty or p.frequency_penalty for p in params):
             if output_ids is None:
-                raise ValueError("presence/frequency penalties need the generated tokens: pass output_ids")
-            penalties.append(PresenceFrequencyPenalty(column("presence_penalty"), column("frequency_penalty"),
-                                                      token_counts(output_ids, vocab_size, device)))
-        entries = [(row, token, b) for row, p in enumerate(params) for token, b in p.logit_bias.items()]
+                raise ValueError("presence/frequency penalties need "
+                                 "the generated tokens: pass output_ids")
+            penalties.append(
+                PresenceFrequencyPenalty(
+                    column("presence_penalty"),
+                    column("frequency_penalty"),
+                    token_counts(output_ids, vocab_size, device),
+                )
+            )
+        entries = [
+            (row, token, b)
+            for row, p in enumerate(params)
+            for token, b in p.logit_bias.items()
+        ]
         if entries:
             rows, tokens, values = zip(*entries)
             if max(tokens) >= vocab_size:
-                raise ValueError(f"logit_bias token id {max(tokens)} (row {rows[tokens.index(max(tokens))]}) "
-                                 f"is outside the vocabulary [0, {vocab_size})")
+                raise ValueError(f"logit_bias token id {max(tokens)} (row "
+                                 f"{rows[tokens.index(max(tokens))]}) is outside the "
+                                 f"vocabulary [0, {vocab_size})")
             bias = torch.zeros(len(params), vocab_size, device=device)
-            bias[list(rows), list(tokens)] = torch.tensor(values, dtype=bias.dtype, device=device)
+            bias[list(rows), list(tokens)] = torch.tensor(
+                values, dtype=bias.dtype, device=device
+            )
             penalties.append(LogitBias(bias))
         if any(not p.greedy and p.temperature != 1 for p in params):
             warpers.append(Temperature(column("temperature")))
@@ -334,27 +468,36 @@ class Sampler:
                  output_ids: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
         """Token ids (batch,) for logits (batch, vocab).
 
-        generators[i] (from make_generator, kept by the caller for the life of the request) drives
-        row i alone, so a seeded request draws the same tokens whatever else is in the batch.
-        prompt_ids / output_ids: per-row token histories, needed only for the penalties.
+        generators[i] (from make_generator, kept by the caller for the life of the
+        request) drives row i alone, so a seeded request draws the same tokens whatever
+        else is in the batch. prompt_ids / output_ids: per-row token histories, needed
+        only for the penalties.
         """
         if logits.dim() != 2:
-            raise ValueError(f"logits must be (batch, vocab), got shape {tuple(logits.shape)}")
+            raise ValueError("logits must be (batch, vocab), "
+                             f"got shape {tuple(logits.shape)}")
         batch, vocab = logits.shape
         generators = [None] * batch if generators is None else list(generators)
         for name, value in (("params", params), ("generators", generators),
                             ("prompt_ids", prompt_ids), ("output_ids", output_ids)):
             if value is not None and len(value) != batch:
-                raise ValueError(f"{name} has {len(value)} entries for {batch} rows of logits")
+                raise ValueError(f"{name} has {len(value)} entries "
+                                 f"for {batch} rows of logits")
         for p in {id(p): p for p in params}.values():
-            p.validate()  # each distinct object once; catches fields edited after construction
+            # each distinct object once; catches fields edited after construction
+            p.validate()
         for row, (p, g) in enumerate(zip(params, generators)):
             if p.seed is not None and g is None and not p.greedy:
-                raise ValueError(f"row {row} has seed={p.seed} but no generator; create one per request with "
-                                 f"make_generator(params.seed, device) and pass it at every step")
+                raise ValueError(f"row {row} has seed={p.seed} but no "
+                                 "generator; create one per request "
+                                 "with make_generator(params.seed, "
+                                 "device) and pass it at every step")
 
-        penalties, warpers = self.processors(params, vocab, logits.device, prompt_ids, output_ids)
-        logits = logits.float()  # sample in float32 whatever dtype the model computed in
+        penalties, warpers = self.processors(
+            params, vocab, logits.device, prompt_ids, output_ids
+        )
+        # sample in float32 whatever dtype the model computed in
+        logits = logits.float()
         for processor in penalties:
             logits = processor(logits)
         greedy = torch.tensor([p.greedy for p in params], device=logits.device)
@@ -364,28 +507,42 @@ class Sampler:
         for processor in warpers:
             logits = processor(logits)
         probs = logits.softmax(dim=-1)
-        # Exponential race: argmax(p_i / q_i) with q_i ~ Exp(1) is a draw from p, one row at a
-        # time or all at once, so each row's noise can come from its own generator.
-        noise = torch.empty_like(probs).exponential_(generator=self.shared_generator(logits.device))
+        # Exponential race: argmax(p_i / q_i) with q_i ~ Exp(1) is a draw from p, one
+        # row at a time or all at once, so each row's noise can come from its own
+        # generator.
+        noise = torch.empty_like(probs).exponential_(
+            generator=self.shared_generator(logits.device)
+        )
         for row, g in enumerate(generators):
             if g is not None:
                 noise[row].exponential_(generator=g)
-        noise.clamp_(min=torch.finfo(noise.dtype).tiny)  # q = 0 would turn a filtered token's 0/0 into NaN
+        # q = 0 would turn a filtered token's 0/0 into NaN
+        noise.clamp_(min=torch.finfo(noise.dtype).tiny)
         return torch.where(greedy, greedy_tokens, (probs / noise).argmax(dim=-1))
 
 
 # %% chapters/07_sampling.ipynb § The batch sampler
-def sample(logits: torch.Tensor, params: SamplingParams | None = None, generator: torch.Generator | None = None,
-           prompt_ids: Sequence[int] = (), output_ids: Sequence[int] = ()) -> int:
-    """One token id from one row of logits (vocab,). With no generator, params.seed (if any) seeds
-    a fresh one, so the same call gives the same token; otherwise torch's global generator is used."""
+def sample(
+    logits: torch.Tensor,
+    params: SamplingParams | None = None,
+    generator: torch.Generator | None = None,
+    prompt_ids: Sequence[int] = (),
+    output_ids: Sequence[int] = (),
+) -> int:
+    """One token id from one row of logits (vocab,). With no generator, params.seed (if
+    any) seeds a fresh one, so the same call gives the same token; otherwise torch's
+    global generator is used."""
     if logits.dim() != 1:
-        raise ValueError(f"sample() takes one row of logits (vocab,), got shape {tuple(logits.shape)}; "
-                         f"use Sampler for a batch")
+        raise ValueError("sample() takes one row of logits (vocab,), got shape "
+                         f"{tuple(logits.shape)}; use Sampler for a batch")
     params = SamplingParams() if params is None else params
     if generator is None and params.seed is not None:
         generator = make_generator(params.seed, logits.device)
-    return int(Sampler()(logits[None], [params], [generator], [list(prompt_ids)], [list(output_ids)])[0])
+    return int(
+        Sampler()(
+            logits[None], [params], [generator], [list(prompt_ids)], [list(output_ids)]
+        )[0]
+    )
 
 
 __all__ = ['GREEDY_TEMPERATURE', 'SamplingParams', 'check_prompt_length',
