@@ -3,10 +3,11 @@
 
 
 # %% chapters/A_tiny_model.ipynb § The corpus: the Python standard library
-"""The book's own pretrained models: the corpus they learned from, how they were trained, saved and loaded.
+"""The book's own pretrained models: the corpus they learned from, how they were
+trained, saved and loaded.
 
-`load("tiny")` returns the bundled model and tokenizer (package data, no network); the same
-call takes a local checkpoint directory or, online, a Hugging Face Hub id.
+`load("tiny")` returns the bundled model and tokenizer (package data, no network); the
+same call takes a local checkpoint directory or, online, a Hugging Face Hub id.
 """
 from __future__ import annotations
 
@@ -40,27 +41,37 @@ SKIP_DIRS = {"site-packages", "__pycache__"}
 
 
 def stdlib_files() -> list[tuple[str, Path, bool]]:
-    """(top-level module, path, is a test file) for every .py file of this Python's standard library."""
+    """(top-level module, path, is a test file) for
+    every .py file of this Python's standard library."""
     std = Path(sysconfig.get_paths()["stdlib"])
     files = []
     for path in sorted(std.rglob("*.py")):
         rel = path.relative_to(std)
         if not SKIP_DIRS & set(rel.parts):
-            files.append((rel.parts[0].removesuffix(".py"), path, bool(TEST_DIRS & set(rel.parts))))
+            files.append(
+                (
+                    rel.parts[0].removesuffix(".py"),
+                    path,
+                    bool(TEST_DIRS & set(rel.parts)),
+                )
+            )
     return files
 
 
 def _tests_module(path: Path, modules: set[str]) -> bool:
-    """Whether a test file's path names one of `modules` (test_subprocess.py, test_zoneinfo/, doctest_aliases.py)."""
+    """Whether a test file's path names one of `modules` (test_subprocess.py,
+    test_zoneinfo/, doctest_aliases.py)."""
     names = (part.removesuffix(".py").removeprefix("test_") for part in path.parts)
     return any(name.startswith(module) for name in names for module in modules)
 
 
 def stdlib_corpus(every: int = 20) -> dict:
-    """Library, test-suite and held-out texts, each a list of files joined by <|endoftext|>.
+    """Library, test-suite and held-out texts,
+    each a list of files joined by <|endoftext|>.
 
-    The split is by top-level library module: every `every`-th one, in sorted order, is held out.
-    Tests of a held-out module are dropped from every part, so nothing about it leaks into training.
+    The split is by top-level library module: every `every`-th one, in sorted order, is
+    held out. Tests of a held-out module are dropped from every part, so nothing about
+    it leaks into training.
     """
     files = stdlib_files()
     std = Path(sysconfig.get_paths()["stdlib"])
@@ -68,20 +79,27 @@ def stdlib_corpus(every: int = 20) -> dict:
     held_out = set(modules[::every])
     parts: dict[str, list[str]] = {"train": [], "tests": [], "heldout": []}
     for top, path, is_test in files:
-        if is_test and (top in held_out or _tests_module(path.relative_to(std), held_out)):
+        if is_test and (
+            top in held_out or _tests_module(path.relative_to(std), held_out)
+        ):
             continue
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue  # a few files are deliberately not UTF-8
         if EOT not in text:  # the separator never appears inside a document
-            parts["tests" if is_test else "heldout" if top in held_out else "train"].append(text)
+            parts[
+                "tests" if is_test else "heldout" if top in held_out else "train"
+            ].append(text)
     corpus = {name: EOT.join(texts) for name, texts in parts.items()}
     corpus["meta"] = {
-        "python": platform.python_version(), "heldout_modules": sorted(held_out),
+        "python": platform.python_version(),
+        "heldout_modules": sorted(held_out),
         **{f"{n}_files": len(parts[n]) for n in parts},
         **{f"{n}_bytes": len(corpus[n].encode()) for n in parts},
-        **{f"{n}_sha256": hashlib.sha256(corpus[n].encode()).hexdigest() for n in parts},
+        **{
+            f"{n}_sha256": hashlib.sha256(corpus[n].encode()).hexdigest() for n in parts
+        },
     }
     return corpus
 
@@ -89,7 +107,8 @@ def stdlib_corpus(every: int = 20) -> dict:
 # %% chapters/A_tiny_model.ipynb § Training
 @dataclass
 class Recipe:
-    """How a model is trained: AdamW, linear warm-up then cosine decay, bf16 autocast, seeded."""
+    """How a model is trained: AdamW, linear warm-up
+    then cosine decay, bf16 autocast, seeded."""
     steps: int
     batch: int = 16
     seq_len: int = 256
@@ -102,46 +121,75 @@ class Recipe:
 
 
 def lr_at(step: int, r: Recipe) -> float:
-    """Linear warm-up to r.lr, cosine decay to r.min_lr_ratio * r.lr at r.steps, flat after."""
+    """Linear warm-up to r.lr, cosine decay to
+    r.min_lr_ratio * r.lr at r.steps, flat after."""
     if step < r.warmup:
         return r.lr * (step + 1) / r.warmup
     progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
-    return r.lr * (r.min_lr_ratio + (1 - r.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return r.lr * (
+        r.min_lr_ratio + (1 - r.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    )
 
 
 def init_weights(model: Transformer) -> None:
-    """GPT-2 style: N(0, 0.02), residual-writing projections scaled down by sqrt(2 * layers)."""
+    """GPT-2 style: N(0, 0.02), residual-writing
+    projections scaled down by sqrt(2 * layers)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 scaled = name.endswith(("o_proj.weight", "down_proj.weight"))
-                p.normal_(0.0, 0.02 / math.sqrt(2 * model.cfg.n_layers) if scaled else 0.02)
+                p.normal_(
+                    0.0, 0.02 / math.sqrt(2 * model.cfg.n_layers) if scaled else 0.02
+                )
 
 
-def train(cfg: ModelConfig, recipe: Recipe, train_ids: torch.Tensor, device, log_every: int = 25,
-          log=print, evaluate=None, eval_every: int = 0) -> tuple[Transformer, list[dict], float]:
-    """Train a fresh model on random windows of `train_ids`; returns (model, loss curve, seconds).
+def train(
+    cfg: ModelConfig,
+    recipe: Recipe,
+    train_ids: torch.Tensor,
+    device,
+    log_every: int = 25,
+    log=print,
+    evaluate=None,
+    eval_every: int = 0,
+) -> tuple[Transformer, list[dict], float]:
+    """Train a fresh model on random windows of
+    `train_ids`; returns (model, loss curve, seconds).
 
-    `evaluate(model) -> nats/token` (e.g. held-out cross-entropy) runs every `eval_every` steps and
-    after the last one; its value joins the loss curve as "heldout".
+    `evaluate(model) -> nats/token` (e.g. held-out cross-entropy) runs every
+    `eval_every` steps and after the last one; its value joins the loss curve as
+    "heldout".
     """
     seed_everything(recipe.seed)
     model = Transformer(cfg).to(device)
     init_weights(model)
-    decay = [p for p in model.parameters() if p.dim() == 2]  # matrices decay; norms do not
+    # matrices decay; norms do not
+    decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": recipe.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=recipe.lr,
+        betas=(0.9, 0.95),
+    )
     gen = torch.Generator().manual_seed(recipe.seed)
     curve, start = [], time.perf_counter()
     for step in range(recipe.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, recipe)
-        offsets = torch.randint(0, len(train_ids) - recipe.seq_len - 1, (recipe.batch,), generator=gen)
-        batch = torch.stack([train_ids[o:o + recipe.seq_len + 1] for o in offsets.tolist()]).to(device)
+        offsets = torch.randint(
+            0, len(train_ids) - recipe.seq_len - 1, (recipe.batch,), generator=gen
+        )
+        batch = torch.stack(
+            [train_ids[o : o + recipe.seq_len + 1] for o in offsets.tolist()]
+        ).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, cfg.vocab_size), batch[:, 1:].reshape(-1))
+        loss = F.cross_entropy(
+            logits.float().view(-1, cfg.vocab_size), batch[:, 1:].reshape(-1)
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
@@ -149,27 +197,39 @@ def train(cfg: ModelConfig, recipe: Recipe, train_ids: torch.Tensor, device, log
         last = step == recipe.steps - 1
         if step % log_every == 0 or last:
             elapsed = time.perf_counter() - start
-            point = {"step": step, "loss": round(loss.item(), 4), "seconds": round(elapsed, 1)}
+            point = {
+                "step": step,
+                "loss": round(loss.item(), 4),
+                "seconds": round(elapsed, 1),
+            }
             tok_s = (step + 1) * recipe.batch * recipe.seq_len / elapsed
             if evaluate is not None and eval_every and (step % eval_every == 0 or last):
                 point["heldout"] = round(evaluate(model.eval()), 4)
                 model.train()
             curve.append(point)
             held = f"  held-out {point['heldout']:.3f}" if "heldout" in point else ""
-            log(f"step {step:5d}/{recipe.steps}  loss {loss.item():.3f}  lr {lr_at(step, recipe):.2e}  "
+            log(f"step {step:5d}/{recipe.steps}  loss "
+                f"{loss.item():.3f}  lr {lr_at(step, recipe):.2e}  "
                 f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min{held}")
     return model.eval(), curve, time.perf_counter() - start
 
 
 # %% chapters/A_tiny_model.ipynb § How good is it?
 @torch.no_grad()
-def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, stride: int | None = None,
-                  batch: int = 32) -> float:
-    """Mean next-token cross-entropy (nats/token) of `ids`, every token after the first scored exactly once.
+def cross_entropy(
+    model: Transformer,
+    ids: torch.Tensor,
+    seq_len: int = 256,
+    stride: int | None = None,
+    batch: int = 32,
+) -> float:
+    """Mean next-token cross-entropy (nats/token) of `ids`,
+    every token after the first scored exactly once.
 
-    Windows of `seq_len` tokens start every `stride` tokens (default `seq_len`: no overlap). Each window
-    scores only the targets the previous one did not, so with a smaller stride every target after the
-    first window is predicted from at least `seq_len - stride` tokens of context.
+    Windows of `seq_len` tokens start every `stride` tokens (default `seq_len`: no
+    overlap). Each window scores only the targets the previous one did not, so with a
+    smaller stride every target after the first window is predicted from at least
+    `seq_len - stride` tokens of context.
     """
     stride = seq_len if stride is None else stride
     if not 0 < stride <= seq_len:
@@ -178,7 +238,8 @@ def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, str
         raise ValueError("need at least two tokens to score a next-token prediction")
     device = model.device
     n_targets, windows, scored = len(ids) - 1, [], 0
-    while scored < n_targets:  # targets ids[scored + 1 : end + 1] are scored by the window ids[start:end]
+    # targets ids[scored + 1 : end + 1] are scored by the window ids[start:end]
+    while scored < n_targets:
         end = min(scored + (stride if scored else seq_len), n_targets)
         start = max(0, end - seq_len)
         windows.append((start, end, scored - start))
@@ -190,12 +251,17 @@ def cross_entropy(model: Transformer, ids: torch.Tensor, seq_len: int = 256, str
         y = torch.stack([ids[s + 1:e + 1] for s, e, _ in group]).to(device)
         losses = F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none")
         first = torch.tensor([k for *_, k in group], device=device)
-        total += losses[torch.arange(x.size(1), device=device) >= first[:, None]].sum().item()
+        total += (
+            losses[torch.arange(x.size(1), device=device) >= first[:, None]]
+            .sum()
+            .item()
+        )
     return total / n_targets
 
 
 def bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
-    """Cross-entropy converted to bits per byte of text: comparable across tokenizers and with compressors."""
+    """Cross-entropy converted to bits per byte of text:
+    comparable across tokenizers and with compressors."""
     return nats_per_token * n_tokens / (n_bytes * math.log(2))
 
 
@@ -207,46 +273,79 @@ def lzma_bits_per_byte(text: str) -> float:
 
 # %% chapters/A_tiny_model.ipynb § Saving and loading by name
 def hf_name(name: str) -> str:
-    """The transformers tensor name of an llmcore parameter (the inverse of llmcore.hf.llmcore_name)."""
+    """The transformers tensor name of an llmcore parameter (the inverse of
+    llmcore.hf.llmcore_name)."""
     if name.startswith("blocks."):
         _, i, rest = name.split(".", 2)
-        for ours, theirs in (("attn_norm.", "input_layernorm."), ("mlp_norm.", "post_attention_layernorm."),
-                             ("attn.", "self_attn.")):
+        for ours, theirs in (
+            ("attn_norm.", "input_layernorm."),
+            ("mlp_norm.", "post_attention_layernorm."),
+            ("attn.", "self_attn."),
+        ):
             if rest.startswith(ours):
                 rest = theirs + rest[len(ours):]
                 break
         return f"model.layers.{i}.{rest}"
-    for ours, theirs in (("embed.", "model.embed_tokens."), ("norm.", "model.norm."), ("lm_head.", "lm_head.")):
+    for ours, theirs in (
+        ("embed.", "model.embed_tokens."),
+        ("norm.", "model.norm."),
+        ("lm_head.", "lm_head."),
+    ):
         if name.startswith(ours):
             return theirs + name[len(ours):]
     raise ValueError(f"llmcore parameter {name!r} has no transformers name")
 
 
 def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
-    """A LlamaForCausalLM config.json for `cfg` (GQA, tied embeddings, no RoPE scaling)."""
+    """A LlamaForCausalLM config.json for `cfg`
+    (GQA, tied embeddings, no RoPE scaling)."""
     if cfg.qk_norm or cfg.attention_bias or cfg.rope_scaling or cfg.sliding_window:
-        raise ValueError("save_pretrained writes plain Llama checkpoints; this config uses other features")
+        raise ValueError("save_pretrained writes plain Llama "
+                         "checkpoints; this config uses other features")
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.dim, "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
-        "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
-        "rope_scaling": None, "max_position_embeddings": cfg.max_position_embeddings,
-        "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False, "mlp_bias": False,
-        "bos_token_id": eos_id, "eos_token_id": eos_id, "torch_dtype": "bfloat16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.hidden_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": None,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": "bfloat16",
     }
 
 
-def save_pretrained(model: Transformer, tokenizer: Tokenizer, out: str | Path, meta: dict | None = None) -> Path:
-    """Write config.json, model.safetensors (bf16), tokenizer.json and training.json into `out`."""
+def save_pretrained(
+    model: Transformer, tokenizer: Tokenizer, out: str | Path, meta: dict | None = None
+) -> Path:
+    """Write config.json, model.safetensors (bf16),
+    tokenizer.json and training.json into `out`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     eos_id = tokenizer.special_tokens[EOT]
-    state = {hf_name(k): v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()
-             if not (model.cfg.tie_word_embeddings and k == "lm_head.weight")}
+    state = {
+        hf_name(k): v.detach().to(torch.bfloat16).contiguous()
+        for k, v in model.state_dict().items()
+        if not (model.cfg.tie_word_embeddings and k == "lm_head.weight")
+    }
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(hf_config(model.cfg, eos_id), indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": eos_id, "eos_token_id": eos_id}) + "\n")
+    (out / "config.json").write_text(
+        json.dumps(hf_config(model.cfg, eos_id), indent=2) + "\n"
+    )
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": eos_id, "eos_token_id": eos_id}) + "\n"
+    )
     tokenizer.to_hf_tokenizer_json(out / "tokenizer.json")
     if meta is not None:
         (out / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -268,12 +367,14 @@ def _resolve(name_or_path: str | Path) -> Path:
     try:
         return checkpoint_dir(name_or_path)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled model {list(BUNDLED)} nor a "
-                                "checkpoint directory (nor a Hub id like 'org/name')") from err
+        raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled "
+                                f"model {list(BUNDLED)} nor a checkpoint "
+                                "directory (nor a Hub id like 'org/name')") from err
 
 
 def load_tokenizer(name_or_path: str | Path) -> Tokenizer:
-    """The tokenizer of a bundled model, a checkpoint directory or a Hub id (its tokenizer.json)."""
+    """The tokenizer of a bundled model, a checkpoint
+    directory or a Hub id (its tokenizer.json)."""
     directory = _resolve(name_or_path)
     path = directory / "tokenizer.json"
     if not path.exists():
@@ -281,18 +382,26 @@ def load_tokenizer(name_or_path: str | Path) -> Tokenizer:
     return Tokenizer.from_hf_json(path)
 
 
-def load_model(name_or_path: str | Path, device=None, dtype=None, **config_overrides) -> Transformer:
-    """A bundled model by name ("tiny", "tiny-draft"), or any checkpoint llmcore.hf can load."""
-    return load_pretrained(_resolve(name_or_path), device=device, dtype=dtype, **config_overrides)
+def load_model(
+    name_or_path: str | Path, device=None, dtype=None, **config_overrides
+) -> Transformer:
+    """A bundled model by name ("tiny", "tiny-draft"),
+    or any checkpoint llmcore.hf can load."""
+    return load_pretrained(
+        _resolve(name_or_path), device=device, dtype=dtype, **config_overrides
+    )
 
 
-def load(name_or_path: str | Path = "tiny", device=None, dtype=None) -> tuple[Transformer, Tokenizer]:
+def load(
+    name_or_path: str | Path = "tiny", device=None, dtype=None
+) -> tuple[Transformer, Tokenizer]:
     """(model, tokenizer) in one call: `load("tiny")` needs no network."""
     return load_model(name_or_path, device, dtype), load_tokenizer(name_or_path)
 
 
 def training_record(name: str) -> dict:
-    """What training.json says about a bundled model: corpus hash, recipe, loss curve, held-out scores."""
+    """What training.json says about a bundled model:
+    corpus hash, recipe, loss curve, held-out scores."""
     return json.loads((bundled_dir(name) / "training.json").read_text())
 
 
