@@ -260,7 +260,9 @@ def run(site: Path, out: Path, only: str | None = None, screenshots: bool = True
     results = {}
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+            browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"],
+                                        # a 1280 px window with a real scrollbar, as on a desktop
+                                        ignore_default_args=["--hide-scrollbars"])
             context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
             context.add_init_script("localStorage.clear()")  # every page as on a first visit
             # the site must work offline: refuse every request that leaves the local server
