@@ -3,8 +3,8 @@
 
 
 # %% chapters/04_attention.ipynb § Attention, step by step
-"""Causal self-attention: the explicit math, the
-fused kernel, masks, and the Attention module.
+"""Causal self-attention: the explicit math, the fused kernel, masks, and
+the Attention module.
 
 Tensor layout for attention math: (batch, heads, seq, head_dim).
 
@@ -35,8 +35,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     if n_rep == 1:
         return x  # plain multi-head attention: one kv head per query head
     b, n_kv, s, d = x.shape
-    # expand makes a view; reshape copies it so
-    # each kv head appears n_rep times in a row.
+    # expand makes a view; reshape copies it so each kv head appears
+    # n_rep times in a row.
     return (
         x[:, :, None, :, :].expand(b, n_kv, n_rep, s, d).reshape(b, n_kv * n_rep, s, d)
     )
@@ -60,8 +60,8 @@ def build_attention_mask(
 ) -> torch.Tensor:
     """Boolean mask (batch, 1, q, kv_len), True where query i may attend to key slot j.
 
-    query_slots: (batch, q) slot index of each query
-    among the keys (its position when a cache is used).
+    query_slots: (batch, q) slot index of each query among the keys (its position
+    when a cache is used).
     key_padding: (batch, kv_len) with 1 for real tokens and 0 for padding.
     sliding_window: a key is visible only if query_slot - key_slot < sliding_window
     (Mistral's rule).
@@ -94,8 +94,8 @@ def attention_explicit(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v, written out
-    step by step. k, v must have as many heads as q."""
+    """softmax(q k^T / sqrt(d) + mask) v, written out step by step. k, v must have
+    as many heads as q."""
     _check_mask_args(mask, is_causal)
     scale = 1.0 / math.sqrt(q.shape[-1])
     # (batch, heads, q, kv): how much each query likes each key
@@ -118,11 +118,11 @@ def attention_fused(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """The same computation in one PyTorch kernel (flash
-    / memory-efficient / math, chosen by PyTorch)."""
+    """The same computation in one PyTorch kernel (flash / memory-efficient / math,
+    chosen by PyTorch)."""
     _check_mask_args(mask, is_causal)
-    # is_causal instead of a mask lets PyTorch pick
-    # the flash kernel, which never stores the scores.
+    # is_causal instead of a mask lets PyTorch pick the flash kernel, which
+    # never stores the scores.
     # PyTorch's is_causal would align queries to the first keys
     if is_causal and q.shape[-2] != k.shape[-2]:
         mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device), False
@@ -134,11 +134,11 @@ ATTENTION_IMPLEMENTATIONS = {"explicit": attention_explicit, "sdpa": attention_f
 
 # %% chapters/04_attention.ipynb § The Attention layer
 class Attention(nn.Module):
-    """Multi-head causal self-attention with grouped
-    key/value heads, RoPE and optional q/k norms.
+    """Multi-head causal self-attention with grouped key/value heads, RoPE
+    and optional q/k norms.
 
-    `cfg` is a ModelConfig (llmcore.model); n_kv_heads
-    == n_heads is MHA, 1 is MQA, in between GQA.
+    `cfg` is a ModelConfig (llmcore.model); n_kv_heads == n_heads is MHA, 1 is
+    MQA, in between GQA.
     """
 
     def __init__(self, cfg):
@@ -178,8 +178,8 @@ class Attention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """x: (batch, seq, dim); positions: (batch,
-        seq) absolute positions (LongTensor).
+        """x: (batch, seq, dim); positions: (batch, seq) absolute
+        positions (LongTensor).
 
         attention_mask: optional (batch, kv_len) of 1 (token) / 0 (padding) over all
         keys seen, i.e. over the sequence without a cache; a shorter mask is extended
@@ -227,8 +227,8 @@ class Attention(nn.Module):
 
     def _mask(self, positions: torch.Tensor, kv_len: int, cached: bool,
               attention_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
-        """The boolean mask for this call, or (None,
-        True) when plain causal attention is enough."""
+        """The boolean mask for this call, or (None, True) when plain causal
+        attention is enough."""
         b, s = positions.shape
         window_ok = (
             self.sliding_window is None
@@ -237,8 +237,8 @@ class Attention(nn.Module):
         if not cached and attention_mask is None and window_ok:
             return None, True
         if cached and b == 1 and s == 1 and attention_mask is None and window_ok:
-            # A decode step: one query, at the last position
-            # written, so it may see every cached key.
+            # A decode step: one query, at the last position written, so it may
+            # see every cached key.
             return None, False
         # With a cache, slot j holds position j, so a query's slot is its position.
         query_slots = (

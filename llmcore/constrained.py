@@ -116,8 +116,8 @@ def json_step(state: tuple, b: int) -> tuple | None:
 
 
 def json_state(text: bytes | str, start: tuple = VALUE_START) -> tuple | None:
-    """The automaton's state after `text`, or None
-    as soon as it cannot be a prefix of JSON."""
+    """The automaton's state after `text`, or None as soon as it cannot be
+    a prefix of JSON."""
     state = start
     for b in text.encode() if isinstance(text, str) else text:
         state = json_step(state, b)
@@ -127,8 +127,8 @@ def json_state(text: bytes | str, start: tuple = VALUE_START) -> tuple | None:
 
 
 def is_complete(state: tuple | None) -> bool:
-    """Whether the text read so far is a whole
-    JSON value (trailing whitespace allowed)."""
+    """Whether the text read so far is a whole JSON value (trailing
+    whitespace allowed)."""
     return state == ("END",) or (
         state is not None
         and len(state) == 2
@@ -140,8 +140,8 @@ def is_complete(state: tuple | None) -> bool:
 # %% chapters/07_sampling.ipynb § Constrained decoding: output that always parses
 class JsonConstraint:
     """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary
-    walked with json_step, the answer remembered for
-    each automaton state (states recur constantly)."""
+    walked with json_step, the answer remembered for each automaton state (states
+    recur constantly)."""
 
     def __init__(self, tokenizer: Tokenizer, start: tuple = OBJECT_START):
         self.vocab_size, self.start = tokenizer.vocab_size, start
@@ -178,8 +178,8 @@ class JsonConstraint:
         return self._allowed[state]
 
     def advance(self, state: tuple, token_bytes: bytes) -> tuple:
-        """The state after a token's bytes; ValueError
-        if they do not continue valid JSON."""
+        """The state after a token's bytes; ValueError if they do not
+        continue valid JSON."""
         after = json_state(token_bytes, state)
         if after is None:
             raise ValueError(f"token bytes {token_bytes!r} do not "

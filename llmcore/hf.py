@@ -3,8 +3,8 @@
 
 
 # %% chapters/04_attention.ipynb § Loading Hugging Face checkpoints
-"""Loading Hugging Face checkpoints (config.json
-+ safetensors) into llmcore's Transformer.
+"""Loading Hugging Face checkpoints (config.json + safetensors) into
+llmcore's Transformer.
 
 Supported: LlamaForCausalLM (Llama 2/3/3.1/3.2, SmolLM2), MistralForCausalLM,
 Qwen2ForCausalLM, Qwen3ForCausalLM. Weights are read from safetensors only: pickle files
@@ -88,8 +88,8 @@ REQUIRED_KEYS = (
 
 
 def config_from_hf(hf: dict, **overrides) -> ModelConfig:
-    """Map a HF config.json dict to a ModelConfig;
-    `overrides` set extra fields (e.g. attn_impl)."""
+    """Map a HF config.json dict to a ModelConfig; `overrides` set extra fields
+    (e.g. attn_impl)."""
     family = model_family(hf)
     missing = [key for key in REQUIRED_KEYS if key not in hf]
     if missing:
@@ -107,8 +107,8 @@ def config_from_hf(hf: dict, **overrides) -> ModelConfig:
         128 if family == "qwen3" else hf["hidden_size"] // n_heads
     )
     theta, scaling = rope_from_hf(hf)
-    # Llama/Qwen3 attention_bias=true biases q, k, v *and*
-    # o; Qwen2 always biases q, k, v only; Mistral never.
+    # Llama/Qwen3 attention_bias=true biases q, k, v *and* o; Qwen2 always biases q, k,
+    # v only; Mistral never.
     biased = family in ("llama", "qwen3") and bool(hf.get("attention_bias", False))
     fields = dict(
         vocab_size=hf["vocab_size"],
@@ -157,8 +157,8 @@ def llmcore_name(hf_name: str) -> str | None:
 
 # %% chapters/04_attention.ipynb § Tensor names and files
 def safetensors_files(directory: Path) -> list[Path]:
-    """The safetensors file(s) of a checkpoint: one
-    model.safetensors, or the shards an index lists."""
+    """The safetensors file(s) of a checkpoint: one model.safetensors, or the
+    shards an index lists."""
     index = directory / "model.safetensors.index.json"
     if index.exists():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -187,8 +187,8 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def checkpoint_dir(path_or_id: str | Path) -> Path:
-    """A local checkpoint directory; a missing path
-    shaped like "org/name" is fetched from the Hub."""
+    """A local checkpoint directory; a missing path shaped like "org/name" is
+    fetched from the Hub."""
     path = Path(path_or_id).expanduser()
     if path.is_dir():
         return path
@@ -224,8 +224,8 @@ def checkpoint_dir(path_or_id: str | Path) -> Path:
 def read_state_dict(
     files: list[Path], device: torch.device, dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
-    """All tensors of the safetensors files,
-    renamed to llmcore's names, cast and moved."""
+    """All tensors of the safetensors files, renamed to llmcore's
+    names, cast and moved."""
     state, unknown = {}, []
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -237,8 +237,8 @@ def read_state_dict(
                     unknown.append(hf_name)
                     continue
                 tensor = f.get_tensor(hf_name)
-                # Only floating tensors take the compute
-                # dtype; integer tensors keep theirs.
+                # Only floating tensors take the compute dtype; integer
+                # tensors keep theirs.
                 state[name] = tensor.to(
                     device, dtype if tensor.is_floating_point() else tensor.dtype
                 )
@@ -272,8 +272,8 @@ def load_pretrained(
         state.pop("lm_head.weight", None)  # tied: the output matrix *is* the embedding
         state["lm_head.weight"] = state.get("embed.weight")
 
-    # Build on the meta device (no memory, no random
-    # init), then adopt the loaded tensors as parameters.
+    # Build on the meta device (no memory, no random init), then adopt the loaded
+    # tensors as parameters.
     with torch.device("meta"):
         model = Transformer(cfg)
     expected = set(model.state_dict())

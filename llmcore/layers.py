@@ -3,8 +3,8 @@
 
 
 # %% chapters/03_embeddings.ipynb § The module and a toy vocabulary
-"""Building blocks of a decoder-only transformer:
-embeddings, norms, RoPE and the SwiGLU MLP.
+"""Building blocks of a decoder-only transformer: embeddings, norms,
+RoPE and the SwiGLU MLP.
 
 Every function here matches Hugging Face transformers' Llama/Mistral/Qwen code
 numerically, so that checkpoints trained there give the same logits here.
@@ -21,22 +21,22 @@ from torch import nn
 def embedding_lookup(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Row `token_ids[i]` of the (vocab, dim) table `weight`: the same as
     one_hot(token_ids) @ weight."""
-    # Indexing reads one row per token; the one-hot
-    # matmul would multiply by a mostly-zero matrix.
+    # Indexing reads one row per token; the one-hot matmul would multiply by
+    # a mostly-zero matrix.
     return weight[token_ids]
 
 
 def embedding_by_matmul(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The textbook definition of an embedding: a
-    one-hot vector times the embedding matrix."""
+    """The textbook definition of an embedding: a one-hot vector times the
+    embedding matrix."""
     one_hot = F.one_hot(token_ids, num_classes=weight.shape[0]).to(weight.dtype)
     return one_hot @ weight
 
 
 # %% chapters/03_embeddings.ipynb § RMSNorm: fixing the scale of what each block reads
 class RMSNorm(nn.Module):
-    """Root-mean-square norm: x / sqrt(mean(x^2) + eps)
-    * weight, without LayerNorm's mean or bias."""
+    """Root-mean-square norm: x / sqrt(mean(x^2) + eps) * weight, without
+    LayerNorm's mean or bias."""
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -45,12 +45,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         input_dtype = x.dtype
-        # Squares of bf16 activations lose too many
-        # bits, so the statistics are taken in fp32.
+        # Squares of bf16 activations lose too many bits, so the
+        # statistics are taken in fp32.
         x32 = x.to(torch.float32)
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        # HF casts back *before* multiplying by the
-        # weight; doing it after changes bf16 results.
+        # HF casts back *before* multiplying by the weight; doing it after
+        # changes bf16 results.
         return self.weight * x32.to(input_dtype)
 
     def extra_repr(self) -> str:
@@ -59,11 +59,11 @@ class RMSNorm(nn.Module):
 
 # %% chapters/03_embeddings.ipynb § RMSNorm: fixing the scale of what each block reads
 class LayerNorm(nn.Module):
-    """Classic LayerNorm (GPT-2, BERT): subtract
-    the mean, divide by the std, scale and shift.
+    """Classic LayerNorm (GPT-2, BERT): subtract the mean, divide by the
+    std, scale and shift.
 
-    None of the model families llmcore loads use
-    it; it is here to show what RMSNorm drops.
+    None of the model families llmcore loads use it; it is here to
+    show what RMSNorm drops.
     """
 
     def __init__(self, dim: int, eps: float = 1e-5):
@@ -85,8 +85,8 @@ class LayerNorm(nn.Module):
 # %% chapters/03_embeddings.ipynb § RoPE: positions as rotations
 def rope_frequencies(head_dim: int, theta: float, scaling: dict | None = None,
                      device: torch.device | str | None = None) -> torch.Tensor:
-    """Inverse frequencies theta^(-2i/head_dim), i =
-    0..head_dim/2-1, in fp32, optionally rescaled.
+    """Inverse frequencies theta^(-2i/head_dim), i = 0..head_dim/2-1, in fp32,
+    optionally rescaled.
 
     `scaling` is a HF-style dict with "rope_type" (or the older key "type"):
       None / "default": plain RoPE;
@@ -131,8 +131,8 @@ def _llama3_scale(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     high_freq_wavelen = old_context / high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    # In the middle band, interpolate linearly (in
-    # 1/wavelength) between scaled and unscaled.
+    # In the middle band, interpolate linearly (in 1/wavelength) between
+    # scaled and unscaled.
     smooth = (old_context / wavelen - low_freq_factor) / (
         high_freq_factor - low_freq_factor
     )
@@ -147,28 +147,28 @@ def rope_cos_sin(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * frequency for each absolute position, shape
     (*positions.shape, head_dim)."""
-    # Angles are formed in fp32: position 100_000
-    # times a frequency needs more than bf16's 8 bits.
+    # Angles are formed in fp32: position 100_000 times a frequency needs
+    # more than bf16's 8 bits.
     angles = positions[..., None].to(torch.float32) * inv_freq.to(
         positions.device, torch.float32
     )
-    # Rotate-half layout: frequency i drives dimensions
-    # i and i + head_dim/2, so the table is doubled.
+    # Rotate-half layout: frequency i drives dimensions i and i + head_dim/2, so
+    # the table is doubled.
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 # %% chapters/03_embeddings.ipynb § RoPE: positions as rotations
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(x1, x2) -> (-x2, x1) on the two halves of the
-    last dimension: a 90-degree turn of each pair."""
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: a 90-degree
+    turn of each pair."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each (x[i], x[i + d/2]) pair of x (batch,
-    seq, heads, head_dim) by its position's angle.
+    """Rotate each (x[i], x[i + d/2]) pair of x (batch, seq, heads, head_dim) by
+    its position's angle.
 
     cos and sin have shape (batch, seq, head_dim) and are shared by all heads.
     """

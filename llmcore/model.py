@@ -3,8 +3,8 @@
 
 
 # %% chapters/04_attention.ipynb § Configuration
-"""The decoder-only transformer (Llama / Mistral
-/ Qwen2 / Qwen3 family) and its configuration."""
+"""The decoder-only transformer (Llama / Mistral / Qwen2 / Qwen3 family) and
+its configuration."""
 
 from dataclasses import dataclass
 
@@ -30,8 +30,8 @@ ROPE_SCALING_KEYS = {
 
 @dataclass
 class ModelConfig:
-    """Shape and options of a model; `llmcore.hf.config_from_hf`
-    fills it from a HF config.json."""
+    """Shape and options of a model; `llmcore.hf.config_from_hf` fills it from
+    a HF config.json."""
 
     vocab_size: int
     dim: int                      # width of the residual stream (HF: hidden_size)
@@ -121,8 +121,8 @@ class TransformerBlock(nn.Module):
     def forward(
         self, x, positions, cos_sin, kv_cache=None, layer_idx=0, attention_mask=None
     ):
-        # Each sub-layer reads a normalized copy and
-        # *adds* its result to the residual stream.
+        # Each sub-layer reads a normalized copy and *adds* its result to
+        # the residual stream.
         x = x + self.attn(
             self.attn_norm(x), positions, kv_cache, layer_idx, attention_mask, cos_sin
         )
@@ -131,8 +131,8 @@ class TransformerBlock(nn.Module):
 
 # %% chapters/04_attention.ipynb § The whole model
 class Transformer(nn.Module):
-    """Token embedding -> n_layers blocks -> final
-    RMSNorm -> lm_head (tied or not) -> logits."""
+    """Token embedding -> n_layers blocks -> final RMSNorm -> lm_head (tied
+    or not) -> logits."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -188,8 +188,8 @@ class Transformer(nn.Module):
             kv_cache.begin_forward(positions)
 
         x = embedding_lookup(input_ids, self.embed.weight)
-        # RoPE tables are computed once per call and shared
-        # by every layer (they depend only on positions).
+        # RoPE tables are computed once per call and shared by every layer (they
+        # depend only on positions).
         inv_freq = rope_frequencies(
             self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling, x.device
         )
@@ -203,8 +203,8 @@ class Transformer(nn.Module):
 
     # Counting parameters and FLOPs (for roofline estimates in later chapters)
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (a tied matrix counts
-        once); optionally without the input embedding."""
+        """Number of distinct parameters (a tied matrix counts once); optionally without
+        the input embedding."""
         # parameters() yields a shared tensor once
         total = sum(p.numel() for p in self.parameters())
         return total - self.embed.weight.numel() if exclude_embeddings else total
@@ -212,8 +212,8 @@ class Transformer(nn.Module):
     def flops_per_token(self, context_len: int = 0) -> int:
         """Forward FLOPs for one token that attends to `context_len` keys.
 
-        = 2 * (weights used in matmuls)  +  4 *
-        n_layers * context_len * n_heads * head_dim
+        = 2 * (weights used in matmuls)  +  4 * n_layers * context_len
+        * n_heads * head_dim
         The first term is the "2 x non-embedding parameters" rule (a multiply and an add
         per weight); it counts every nn.Linear, including lm_head even when tied (the
         output projection is a real matmul; only the input lookup is free) and leaves

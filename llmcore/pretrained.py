@@ -41,8 +41,8 @@ SKIP_DIRS = {"site-packages", "__pycache__"}
 
 
 def stdlib_files() -> list[tuple[str, Path, bool]]:
-    """(top-level module, path, is a test file) for
-    every .py file of this Python's standard library."""
+    """(top-level module, path, is a test file) for every .py file of this Python's
+    standard library."""
     std = Path(sysconfig.get_paths()["stdlib"])
     files = []
     for path in sorted(std.rglob("*.py")):
@@ -66,8 +66,8 @@ def _tests_module(path: Path, modules: set[str]) -> bool:
 
 
 def stdlib_corpus(every: int = 20) -> dict:
-    """Library, test-suite and held-out texts,
-    each a list of files joined by <|endoftext|>.
+    """Library, test-suite and held-out texts, each a list of files
+    joined by <|endoftext|>.
 
     The split is by top-level library module: every `every`-th one, in sorted order, is
     held out. Tests of a held-out module are dropped from every part, so nothing about
@@ -107,8 +107,8 @@ def stdlib_corpus(every: int = 20) -> dict:
 # %% chapters/A_tiny_model.ipynb § Training
 @dataclass
 class Recipe:
-    """How a model is trained: AdamW, linear warm-up
-    then cosine decay, bf16 autocast, seeded."""
+    """How a model is trained: AdamW, linear warm-up then cosine decay, bf16
+    autocast, seeded."""
     steps: int
     batch: int = 16
     seq_len: int = 256
@@ -121,8 +121,8 @@ class Recipe:
 
 
 def lr_at(step: int, r: Recipe) -> float:
-    """Linear warm-up to r.lr, cosine decay to
-    r.min_lr_ratio * r.lr at r.steps, flat after."""
+    """Linear warm-up to r.lr, cosine decay to r.min_lr_ratio * r.lr at
+    r.steps, flat after."""
     if step < r.warmup:
         return r.lr * (step + 1) / r.warmup
     progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
@@ -132,8 +132,8 @@ def lr_at(step: int, r: Recipe) -> float:
 
 
 def init_weights(model: Transformer) -> None:
-    """GPT-2 style: N(0, 0.02), residual-writing
-    projections scaled down by sqrt(2 * layers)."""
+    """GPT-2 style: N(0, 0.02), residual-writing projections scaled down by
+    sqrt(2 * layers)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
@@ -153,8 +153,8 @@ def train(
     evaluate=None,
     eval_every: int = 0,
 ) -> tuple[Transformer, list[dict], float]:
-    """Train a fresh model on random windows of
-    `train_ids`; returns (model, loss curve, seconds).
+    """Train a fresh model on random windows of `train_ids`; returns (model,
+    loss curve, seconds).
 
     `evaluate(model) -> nats/token` (e.g. held-out cross-entropy) runs every
     `eval_every` steps and after the last one; its value joins the loss curve as
@@ -223,8 +223,8 @@ def cross_entropy(
     stride: int | None = None,
     batch: int = 32,
 ) -> float:
-    """Mean next-token cross-entropy (nats/token) of `ids`,
-    every token after the first scored exactly once.
+    """Mean next-token cross-entropy (nats/token) of `ids`, every token after the first
+    scored exactly once.
 
     Windows of `seq_len` tokens start every `stride` tokens (default `seq_len`: no
     overlap). Each window scores only the targets the previous one did not, so with a
@@ -260,8 +260,8 @@ def cross_entropy(
 
 
 def bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
-    """Cross-entropy converted to bits per byte of text:
-    comparable across tokenizers and with compressors."""
+    """Cross-entropy converted to bits per byte of text: comparable across tokenizers
+    and with compressors."""
     return nats_per_token * n_tokens / (n_bytes * math.log(2))
 
 
@@ -297,8 +297,8 @@ def hf_name(name: str) -> str:
 
 
 def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
-    """A LlamaForCausalLM config.json for `cfg`
-    (GQA, tied embeddings, no RoPE scaling)."""
+    """A LlamaForCausalLM config.json for `cfg` (GQA, tied embeddings,
+    no RoPE scaling)."""
     if cfg.qk_norm or cfg.attention_bias or cfg.rope_scaling or cfg.sliding_window:
         raise ValueError("save_pretrained writes plain Llama "
                          "checkpoints; this config uses other features")
@@ -329,8 +329,8 @@ def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
 def save_pretrained(
     model: Transformer, tokenizer: Tokenizer, out: str | Path, meta: dict | None = None
 ) -> Path:
-    """Write config.json, model.safetensors (bf16),
-    tokenizer.json and training.json into `out`."""
+    """Write config.json, model.safetensors (bf16), tokenizer.json and
+    training.json into `out`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     eos_id = tokenizer.special_tokens[EOT]
@@ -373,8 +373,8 @@ def _resolve(name_or_path: str | Path) -> Path:
 
 
 def load_tokenizer(name_or_path: str | Path) -> Tokenizer:
-    """The tokenizer of a bundled model, a checkpoint
-    directory or a Hub id (its tokenizer.json)."""
+    """The tokenizer of a bundled model, a checkpoint directory or a Hub id
+    (its tokenizer.json)."""
     directory = _resolve(name_or_path)
     path = directory / "tokenizer.json"
     if not path.exists():
@@ -385,8 +385,8 @@ def load_tokenizer(name_or_path: str | Path) -> Tokenizer:
 def load_model(
     name_or_path: str | Path, device=None, dtype=None, **config_overrides
 ) -> Transformer:
-    """A bundled model by name ("tiny", "tiny-draft"),
-    or any checkpoint llmcore.hf can load."""
+    """A bundled model by name ("tiny", "tiny-draft"), or any checkpoint
+    llmcore.hf can load."""
     return load_pretrained(
         _resolve(name_or_path), device=device, dtype=dtype, **config_overrides
     )
@@ -400,8 +400,8 @@ def load(
 
 
 def training_record(name: str) -> dict:
-    """What training.json says about a bundled model:
-    corpus hash, recipe, loss curve, held-out scores."""
+    """What training.json says about a bundled model: corpus hash, recipe, loss
+    curve, held-out scores."""
     return json.loads((bundled_dir(name) / "training.json").read_text())
 
 

@@ -46,8 +46,8 @@ def matmul_weights(cfg: ModelConfig) -> int:
 
 def parameter_count(cfg: ModelConfig) -> int:
     """All parameters of the model (a tied embedding counted once): matmul weights, the
-    input embedding, norms and biases. Equals
-    Transformer(cfg).num_parameters() without building it."""
+    input embedding, norms and biases. Equals Transformer(cfg).num_parameters()
+    without building it."""
     q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     embedding = 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.dim
     norms = (
@@ -63,15 +63,15 @@ def parameter_count(cfg: ModelConfig) -> int:
 def kv_bytes_per_token(
     cfg: ModelConfig, dtype: torch.dtype | int = torch.float32
 ) -> int:
-    """Bytes of KV cache one token occupies: a key
-    and a value vector per layer and kv head."""
+    """Bytes of KV cache one token occupies: a key and a value vector per
+    layer and kv head."""
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * _itemsize(dtype)
 
 
 @dataclass(frozen=True)
 class Cost:
-    """The work of one forward pass: floating-point
-    operations and bytes moved to or from memory."""
+    """The work of one forward pass: floating-point operations and bytes moved
+    to or from memory."""
     flops: float
     bytes: float
 
@@ -139,8 +139,8 @@ def prefill_cost(
 
 def decode_cost(cfg: ModelConfig, context_len: int, batch: int = 1,
                 dtype: torch.dtype | int = torch.float32) -> Cost:
-    """One decode step: one new token per sequence,
-    each after `context_len` cached tokens."""
+    """One decode step: one new token per sequence, each after
+    `context_len` cached tokens."""
     return forward_cost(cfg, 1, context_len, batch, dtype)
 
 
@@ -148,8 +148,8 @@ def decode_cost(cfg: ModelConfig, context_len: int, batch: int = 1,
 #    Prefill: the first token waits for the whole prompt
 def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
                 device: str | torch.device | None = None) -> float:
-    """Median wall-clock seconds of `fn()` over
-    `repeats` calls, after `warmup` untimed calls.
+    """Median wall-clock seconds of `fn()` over `repeats` calls, after
+    `warmup` untimed calls.
 
     The median, not the mean: on a shared machine a few runs are slowed by other work,
     and the median ignores them. Pass `device` to wait for queued GPU work before
@@ -223,16 +223,16 @@ def measure_copy_bandwidth(
 class Roofline:
     """Two ceilings of a machine: compute (FLOP/s) and memory bandwidth (bytes/s).
 
-    Work of intensity I (FLOPs per byte) cannot run
-    faster than min(peak_flops, bandwidth * I).
+    Work of intensity I (FLOPs per byte) cannot run faster than
+    min(peak_flops, bandwidth * I).
     """
     peak_flops: float
     bandwidth: float
 
     @property
     def ridge(self) -> float:
-        """The intensity (FLOP/byte) where the two
-        ceilings meet; below it, memory is the limit."""
+        """The intensity (FLOP/byte) where the two ceilings meet; below it,
+        memory is the limit."""
         return self.peak_flops / self.bandwidth
 
     def attainable(self, intensity: float) -> float:
@@ -244,16 +244,16 @@ class Roofline:
         return "memory" if intensity < self.ridge else "compute"
 
     def min_time(self, cost: Cost) -> float:
-        """Lower bound on the seconds `cost` takes: the
-        slower of computing it and moving its bytes."""
+        """Lower bound on the seconds `cost` takes: the slower of computing it and
+        moving its bytes."""
         return max(cost.flops / self.peak_flops, cost.bytes / self.bandwidth)
 
 
 def measure_roofline(
     device: str | torch.device | None = None, dtype: torch.dtype | str | None = None
 ) -> Roofline:
-    """The measured ceilings of `device`: matmul
-    FLOP/s in `dtype` and copy bandwidth."""
+    """The measured ceilings of `device`: matmul FLOP/s in `dtype`
+    and copy bandwidth."""
     return Roofline(measure_matmul_flops(device, dtype), measure_copy_bandwidth(device))
 
 
@@ -263,8 +263,8 @@ def plot_roofline(
     ax=None,
     title: str | None = None,
 ):
-    """Draw the roofline (log-log) and measured points
-    {label: [(intensity, FLOP/s), ...]}; return ax."""
+    """Draw the roofline (log-log) and measured points {label: [(intensity, FLOP/s),
+    ...]}; return ax."""
     import matplotlib.pyplot as plt  # only needed for drawing
 
     if ax is None:
@@ -342,8 +342,8 @@ MODEL_SHAPES = {
 
 @dataclass(frozen=True)
 class Accelerator:
-    """Datasheet figures of a GPU: dense bf16 tensor-core
-    FLOP/s, memory bandwidth and capacity."""
+    """Datasheet figures of a GPU: dense bf16 tensor-core FLOP/s, memory
+    bandwidth and capacity."""
     name: str
     # FLOP/s, dense (the datasheets' "with sparsity" figures are twice this)
     peak_flops: float

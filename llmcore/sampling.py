@@ -3,8 +3,8 @@
 
 
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
-"""Choosing the next token: sampling parameters,
-logits processors and a batched, seedable sampler.
+"""Choosing the next token: sampling parameters, logits processors and a
+batched, seedable sampler.
 
 `Sampler` turns a batch of logits (one row per request, each with its own
 `SamplingParams`) into token ids. Every step is one `LogitsProcessor`, a pure function
@@ -17,10 +17,10 @@ that returns new logits and never edits its input, applied in this order:
 - Bias next, so the user's edit lands exactly as given, not rescaled by a penalty
   (transformers applies `sequence_bias` before its repetition penalty: that differs only
   for seen, biased tokens).
-- Temperature before the filters, so top-p and
-  min-p judge the distribution actually sampled.
-- top-k (a cheap cap), top-p on what is left
-  (renormalised), then min-p: transformers' order.
+- Temperature before the filters, so top-p and min-p judge the
+  distribution actually sampled.
+- top-k (a cheap cap), top-p on what is left (renormalised), then min-p:
+  transformers' order.
 - Greedy rows (temperature 0) take the argmax after penalties and bias; the filters are
   irrelevant there because each of them always keeps the most likely token.
 """
@@ -47,8 +47,8 @@ def _is_real(x) -> bool:
 
 @dataclass
 class SamplingParams:
-    """How one request picks its tokens and when it
-    stops. Invalid values raise ValueError at once."""
+    """How one request picks its tokens and when it stops. Invalid values raise
+    ValueError at once."""
 
     # 0 (or < GREEDY_TEMPERATURE) = greedy; higher = flatter
     temperature: float = 1.0
@@ -86,8 +86,8 @@ class SamplingParams:
         return self.temperature < GREEDY_TEMPERATURE
 
     def validate(self) -> None:
-        """The one place a request's parameters are
-        checked; the sampler may then trust them."""
+        """The one place a request's parameters are checked; the sampler
+        may then trust them."""
         def ids(v):
             return isinstance(v, (list, tuple)) and all(
                 _is_int(t) and t >= 0 for t in v
@@ -170,8 +170,8 @@ class SamplingParams:
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
 def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: int,
                         truncate: bool = False) -> int:
-    """How many prompt tokens to keep (the *last*
-    ones) so that prompt + max_tokens fits the window.
+    """How many prompt tokens to keep (the *last* ones) so that prompt +
+    max_tokens fits the window.
 
     Policy: we never change a request silently. If prompt + max_tokens exceeds the
     window we raise, saying what to lower, instead of shrinking max_tokens (a caller
@@ -209,15 +209,15 @@ def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: i
 
 # %% chapters/07_sampling.ipynb § Logits processors: one transform each
 class LogitsProcessor(Protocol):
-    """logits (batch, vocab) -> new logits of the
-    same shape; the input is never modified."""
+    """logits (batch, vocab) -> new logits of the same shape; the input
+    is never modified."""
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor: ...
 
 
 def _per_row(value, logits: torch.Tensor, dtype=None) -> torch.Tensor:
-    """A scalar or one value per row, as a (batch, 1) (or
-    (1, 1)) tensor that broadcasts over the vocab."""
+    """A scalar or one value per row, as a (batch, 1) (or (1, 1)) tensor that
+    broadcasts over the vocab."""
     t = torch.as_tensor(value, dtype=dtype or logits.dtype, device=logits.device)
     if t.dim() == 0:
         return t.view(*[1] * logits.dim())
@@ -276,8 +276,8 @@ class LogitBias:
 
 @dataclass(eq=False)
 class Temperature:
-    """Divide by T: T < 1 sharpens, T > 1 flattens.
-    Greedy rows (T ~ 0) are left as they are."""
+    """Divide by T: T < 1 sharpens, T > 1 flattens. Greedy rows (T ~ 0) are
+    left as they are."""
 
     temperature: float | torch.Tensor  # scalar or (batch,); 1 = off
 
@@ -287,8 +287,8 @@ class Temperature:
 
 
 def entropy(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Shannon entropy of softmax(logits) in nats (divide
-    by ln 2 for bits); -inf logits count as 0."""
+    """Shannon entropy of softmax(logits) in nats (divide by ln 2 for bits); -inf
+    logits count as 0."""
     logp = logits.float().log_softmax(dim=dim)
     return -torch.where(logp > -math.inf, logp.exp() * logp, 0.0).sum(dim=dim)
 
@@ -310,8 +310,8 @@ class TopK:
 
 @dataclass(eq=False)
 class TopP:
-    """Nucleus: keep the smallest set of most likely
-    tokens whose probability reaches p (1 = keep all).
+    """Nucleus: keep the smallest set of most likely tokens whose probability
+    reaches p (1 = keep all).
 
     Sorted from least likely up, a token can go while it and everything below it carry
     at most 1 - p: the rest still holds >= p. (Summing the small ones first is also the
@@ -348,8 +348,8 @@ class MinP:
 
 # %% chapters/07_sampling.ipynb § The batch sampler
 def make_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """A request's own random stream: create it
-    once per request and pass it at every step."""
+    """A request's own random stream: create it once per request and pass
+    it at every step."""
     return torch.Generator(device=device).manual_seed(seed)
 
 
@@ -378,8 +378,8 @@ def token_counts(
 
 
 class Sampler:
-    """Pick one token per row of a (batch, vocab) logits
-    tensor, each row with its own SamplingParams.
+    """Pick one token per row of a (batch, vocab) logits tensor, each row with
+    its own SamplingParams.
 
     Rows without their own generator draw from one shared stream: seeded by `seed`, or
     torch's global generator when seed is None (so torch.manual_seed reproduces a whole
@@ -398,8 +398,8 @@ class Sampler:
 
     def processors(self, params: Sequence[SamplingParams], vocab_size: int, device,
                    prompt_ids=None, output_ids=None) -> tuple[list, list]:
-        """(penalties, warpers): the processors that
-        at least one row needs, with per-row tensors.
+        """(penalties, warpers): the processors that at least one row needs,
+        with per-row tensors.
 
         Penalties (repetition, presence/frequency, bias) change what the model prefers;
         warpers (temperature, top-k, top-p, min-p) only shape the randomness, so greedy
@@ -508,8 +508,8 @@ class Sampler:
             logits = processor(logits)
         probs = logits.softmax(dim=-1)
         # Exponential race: argmax(p_i / q_i) with q_i ~ Exp(1) is a draw from p, one
-        # row at a time or all at once, so each row's noise can come from its own
-        # generator.
+        # row at a time or all at once, so each row's noise can come
+        # from its own generator.
         noise = torch.empty_like(probs).exponential_(
             generator=self.shared_generator(logits.device)
         )
