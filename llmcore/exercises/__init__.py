@@ -1,6 +1,7 @@
 """Exercise checkers for the book (hand-written, not exported from a chapter).
 
-A checker runs a learner's function against reference cases and prints one clear verdict:
+A checker runs a learner's function against reference cases and prints one clear
+verdict:
 
 - ``passed``        every case gave the expected answer;
 - ``failed``        the first case that went wrong, what was expected and what came back
@@ -8,8 +9,9 @@ A checker runs a learner's function against reference cases and prints one clear
 - ``not attempted`` the function still raises ``NotImplementedError`` (the skeleton).
 
 Checkers never raise, so an unfinished exercise never stops a notebook. Each checker is
-registered in :data:`CHECKERS`; ``tests/test_exercises.py`` proves every one of them rejects
-at least one wrong answer.
+registered in :data:`CHECKERS`; ``tests/test_exercises.py`` proves every one of them
+rejects the plausible wrong answers in ``tests/answers/``, and that the exercise number
+it prints (``Exercise 7.1``) is the one the chapter's page shows.
 
 Usage in a chapter::
 
@@ -23,17 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
+_SKELETON = "Replace the `raise NotImplementedError` with your code."
 
 
 @dataclass(frozen=True)
 class Case:
-    """One reference case: call ``fn(*args, **kwargs)`` and compare with ``expected``."""
+    """One reference case: call ``fn(*args, **kwargs)``, compare with ``expected``."""
     args: tuple
     expected: Any
     kwargs: dict = field(default_factory=dict)
 
     def call_text(self) -> str:
-        parts = [_short(a) for a in self.args] + [f"{k}={_short(v)}" for k, v in self.kwargs.items()]
+        parts = [_short(a) for a in self.args]
+        parts += [f"{k}={_short(v)}" for k, v in self.kwargs.items()]
         return "(" + ", ".join(parts) + ")"
 
 
@@ -52,7 +56,7 @@ class Verdict:
         return f"{mark} {self.exercise}: {self.status}. {self.message}"
 
     def _ipython_display_(self) -> None:
-        # the checker already printed the verdict; showing the return value too would repeat it
+        # the checker already printed the verdict; showing it again would repeat it
         pass
 
 
@@ -61,7 +65,8 @@ def _short(x: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def approx_equal(got: Any, expected: Any, rel: float = 1e-6, abs_: float = 1e-9) -> bool:
+def approx_equal(got: Any, expected: Any, rel: float = 1e-6,
+                 abs_: float = 1e-9) -> bool:
     """Equality that tolerates float rounding, elementwise for sequences and tensors."""
     if hasattr(got, "tolist") and not isinstance(got, (int, float)):
         got = got.tolist()
@@ -72,55 +77,64 @@ def approx_equal(got: Any, expected: Any, rel: float = 1e-6, abs_: float = 1e-9)
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
         return math.isclose(got, expected, rel_tol=rel, abs_tol=abs_)
     if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
-        return len(got) == len(expected) and all(approx_equal(g, e, rel, abs_) for g, e in zip(got, expected))
+        return len(got) == len(expected) and all(
+            approx_equal(g, e, rel, abs_) for g, e in zip(got, expected))
     if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(approx_equal(got[k], expected[k], rel, abs_) for k in expected)
+        return got.keys() == expected.keys() and all(
+            approx_equal(got[k], expected[k], rel, abs_) for k in expected)
     return got == expected
 
 
 def run_cases(exercise: str, fn: Callable, cases: list[Case],
-              compare: Callable[[Any, Any], bool] = approx_equal, hint: str = "") -> Verdict:
+              compare: Callable[[Any, Any], bool] = approx_equal,
+              hint: str = "") -> Verdict:
     """Run ``fn`` on every case and return (without printing) the verdict."""
     if not callable(fn):
-        return Verdict(exercise, FAILED, f"expected a function, got {type(fn).__name__}.")
+        return Verdict(exercise, FAILED,
+                       f"expected a function, got {type(fn).__name__}.")
     for i, case in enumerate(cases, 1):
         try:
             got = fn(*case.args, **case.kwargs)
         except NotImplementedError:
-            return Verdict(exercise, NOT_ATTEMPTED, "Replace the `raise NotImplementedError` with your code.")
+            return Verdict(exercise, NOT_ATTEMPTED, _SKELETON)
         except Exception as e:  # the learner's bug is reported, never raised
-            return Verdict(exercise, FAILED, f"case {i} {case.call_text()} raised {type(e).__name__}: {e}")
+            return Verdict(exercise, FAILED, f"case {i} {case.call_text()} raised "
+                                             f"{type(e).__name__}: {e}")
         try:
             ok = compare(got, case.expected)
         except Exception as e:
             ok, got = False, f"{_short(got)} (could not be compared: {e})"
         if not ok:
-            msg = f"case {i} {case.call_text()}: expected {_short(case.expected)}, got {_short(got)}."
+            msg = (f"case {i} {case.call_text()}: expected {_short(case.expected)}, "
+                   f"got {_short(got)}.")
             return Verdict(exercise, FAILED, msg + (f" Hint: {hint}" if hint else ""))
     return Verdict(exercise, PASSED, f"all {len(cases)} cases match.")
 
 
 def run_checks(exercise: str, checks: list[tuple[str, Callable[[], bool]]]) -> Verdict:
-    """Run property checks in order; each is (what must hold, thunk returning True if it does)."""
+    """Run property checks in order; each is (what must hold, a thunk returning True
+    if it does)."""
     for i, (what, test) in enumerate(checks, 1):
         try:
             ok = bool(test())
         except NotImplementedError:
-            return Verdict(exercise, NOT_ATTEMPTED, "Replace the `raise NotImplementedError` with your code.")
+            return Verdict(exercise, NOT_ATTEMPTED, _SKELETON)
         except Exception as e:  # the learner's bug is reported, never raised
-            return Verdict(exercise, FAILED, f"check {i} ({what}) raised {type(e).__name__}: {e}")
+            return Verdict(exercise, FAILED,
+                           f"check {i} ({what}) raised {type(e).__name__}: {e}")
         if not ok:
             return Verdict(exercise, FAILED, f"check {i}: {what}.")
     return Verdict(exercise, PASSED, f"all {len(checks)} checks hold.")
 
 
 def report(verdict: Verdict) -> Verdict:
-    """Print ``verdict`` and return it (the return value does not display again in Jupyter)."""
+    """Print ``verdict`` and return it (the return value does not display again in
+    Jupyter)."""
     print(verdict)
     return verdict
 
 
-#: every checker of the book, by name, so tests can prove each one rejects a wrong answer
+#: every checker of the book, by name, so tests can prove each rejects wrong answers
 CHECKERS: dict[str, Callable[[Callable], Verdict]] = {}
 
 
@@ -130,5 +144,5 @@ def checker(fn: Callable[[Callable], Verdict]) -> Callable[[Callable], Verdict]:
     return fn
 
 
-__all__ = ["Case", "Verdict", "approx_equal", "run_cases", "run_checks", "report", "checker", "CHECKERS",
-           "PASSED", "FAILED", "NOT_ATTEMPTED"]
+__all__ = ["Case", "Verdict", "approx_equal", "run_cases", "run_checks", "report",
+           "checker", "CHECKERS", "PASSED", "FAILED", "NOT_ATTEMPTED"]
