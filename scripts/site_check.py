@@ -182,7 +182,8 @@ _OVERFLOW = r"""() => {
 
 # Each exercise admonition's number against the first checker verdict printed after it.
 _EXERCISES = r"""() => {
-  const num = /Exercise\s*\(?\s*([A-Z]|\d+)(?:\s*\.\s*(\d+))?/;
+  // "Exercise 7.1 (Title)", "Exercise 7.1", "Exercise (A.2)", "Exercise 25 (Title)"
+  const num = /Exercise\s*\(?\s*(\d+(?:\s*\.\s*\d+)?|[A-Z]\s*\.\s*\d+)(?!\w|\.\d)/;
   const verdict = /Exercise\s+([A-Z]|\d+)\.(\d+)\s+\(/;
   const out = [];
   let current = null;
@@ -195,7 +196,7 @@ _EXERCISES = r"""() => {
       const titleEl = el.querySelector('.admonition-title');
       const title = (titleEl ? titleEl.textContent : '').replace(/\s+/g, ' ').trim();
       const m = title.match(num);
-      const n = m ? (m[2] !== undefined ? `${m[1]}.${m[2]}` : m[1]) : null;
+      const n = m ? m[1].replace(/\s+/g, '') : null;
       current = {n, label: `"${title.slice(0, 60)}"`, done: false};
       if (!n) { out.push(`${current.label}: no "Exercise <n>" in the title`); current.done = true; }
       continue;
