@@ -2,12 +2,12 @@
 
     python scripts/diagrams.py                  # writes book/_static/diagrams/*.svg
     python scripts/diagrams.py --out DIR        # writes DIR/*.svg (tests/test_diagrams.py)
-    python scripts/diagrams.py --png DIR        # also PNG copies at 900 px, to look at
+    python scripts/diagrams.py --png DIR        # also PNG copies at 776 px, to look at
 
 Every diagram is drawn with matplotlib on a canvas measured in inches and saved as SVG with
 its text as paths (DejaVu Sans, shipped with matplotlib), a fixed hash salt and no date, so
 the same code writes byte-identical files. They are designed for the site's text column,
-about 900 px wide: `check_text` refuses any text smaller than 11 px at that width. The pages
+776 px wide in a 1280 px window: `check_text` refuses any text smaller than 11 px there. The pages
 show them with a MyST `{figure}` directive; tests/test_diagrams.py checks that the committed
 files are what this script writes and that every one of them is shown somewhere.
 """
@@ -26,7 +26,7 @@ from matplotlib.text import Text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "book" / "_static" / "diagrams"
-COLUMN_PX = 900  # the width the site's text column shows a diagram at
+COLUMN_PX = 776  # a figure's width in the site's text column in a 1280 px window (measured)
 MIN_TEXT_PX = 11  # smallest text at that width
 
 # One meaning, one colour, in every diagram.
@@ -118,7 +118,7 @@ def check_text(fig, name: str) -> None:
 # --------------------------------------------------------------------------------------
 def pipeline():
     fig, ax = canvas(10, 5.2)
-    w, h, gap, x0, y = 1.3, 1.05, 0.29, 0.72, 2.55
+    w, h, gap, x0, y = 1.38, 1.05, 0.2, 0.66, 2.55
     stages = [
         ("tokenizer", "text → token ids", "ch. 2"),
         ("embedding\n+ RoPE", "a vector per id,\nrotated by position", "ch. 3"),
@@ -131,43 +131,43 @@ def pipeline():
     for x, (name, what, ch) in zip(xs, stages):
         box(ax, x, y, w, h, fc=light(PROMPT, 0.88), ec=PROMPT)
         text(ax, x + w / 2, y + h - 0.27, name, fs=11.5, weight="bold", va="center")
-        text(ax, x + w / 2, y + 0.3, what, fs=9.5, color=INK)
-        text(ax, x + w - 0.06, y + h + 0.1, ch, fs=9.5, color=MUTED, ha="right")
+        text(ax, x + w / 2, y + 0.3, what, fs=10.3, color=INK)
+        text(ax, x + w - 0.06, y + h + 0.1, ch, fs=10.3, color=MUTED, ha="right")
     for a, b in zip(xs, xs[1:]):
         arrow(ax, (a + w, y + h / 2), (b, y + h / 2))
-    text(ax, 0.06, y + h / 2 + 0.25, "prompt\ntext", fs=10.5, ha="left")
+    text(ax, 0.06, y + h / 2 + 0.25, "prompt\ntext", fs=11, ha="left")
     arrow(ax, (0.06, y + h / 2 - 0.08), (x0, y + h / 2 - 0.08))
     # the decode loop under sampling
     bw, dy, dh = 1.45, 0.55, 1.0
     dx = xs[3] + w / 2 - bw / 2
     box(ax, dx, dy, bw, dh, fc=light(NEW, 0.85), ec=NEW)
     text(ax, dx + bw / 2, dy + dh - 0.27, "decode step", fs=11.5, weight="bold")
-    text(ax, dx + bw / 2, dy + 0.32, "one new token,\none pass", fs=9.5)
-    text(ax, dx + bw - 0.06, dy - 0.13, "ch. 5, 6", fs=9.5, color=MUTED, ha="right")
+    text(ax, dx + bw / 2, dy + 0.32, "one new token,\none pass", fs=10.3)
+    text(ax, dx + bw - 0.06, dy - 0.13, "ch. 5, 6", fs=10.3, color=MUTED, ha="right")
     arrow(ax, (xs[3] + w / 2, dy + dh), (xs[3] + w / 2, y), color=NEW, lw=1.6)
-    text(ax, xs[3] + w / 2 + 0.08, (dy + dh + y) / 2, "logits", fs=9.5, ha="left",
+    text(ax, xs[3] + w / 2 + 0.08, (dy + dh + y) / 2, "logits", fs=10.3, ha="left",
          color=NEW)
     sx = xs[4] + w / 2
     arrow(ax, (sx, y), (dx + bw, dy + dh / 2), color=NEW, lw=1.6, rad=-0.3)
-    text(ax, sx + 0.12, 1.95, "not stopped:\nfeed the token\nback in", fs=9.5,
+    text(ax, sx + 0.12, 1.95, "not stopped:\nfeed the token\nback in", fs=10.3,
          ha="left", color=NEW)
     # the KV cache under embedding and prefill
     kx = xs[1] + 0.35
     box(ax, kx, dy, bw, dh, fc=light(KV, 0.8), ec=KV)
     text(ax, kx + bw / 2, dy + dh - 0.27, "KV cache", fs=11.5, weight="bold")
-    text(ax, kx + bw / 2, dy + 0.32, "K, V of every\nlayer and token", fs=9.5)
-    text(ax, kx + bw - 0.06, dy - 0.13, "ch. 6", fs=9.5, color=MUTED, ha="right")
+    text(ax, kx + bw / 2, dy + 0.32, "K, V of every\nlayer and token", fs=10.3)
+    text(ax, kx + bw - 0.06, dy - 0.13, "ch. 6", fs=10.3, color=MUTED, ha="right")
     arrow(ax, (xs[2] + w / 2, y), (kx + bw * 0.75, dy + dh), color=KV, lw=1.6)
-    text(ax, xs[2] + w / 2 + 0.02, (dy + dh + y) / 2 + 0.05, "fills it", fs=9.5,
+    text(ax, xs[2] + w / 2 + 0.02, (dy + dh + y) / 2 + 0.05, "fills it", fs=10.3,
          ha="left", color=KV)
     arrow(ax, (kx + bw, dy + dh / 2 + 0.15), (dx, dy + dh / 2 + 0.15), color=KV, lw=1.6)
     arrow(ax, (dx, dy + dh / 2 - 0.15), (kx + bw, dy + dh / 2 - 0.15), color=KV, lw=1.6)
-    text(ax, (kx + bw + dx) / 2, dy + dh / 2 + 0.33, "reads all", fs=9.5, color=KV)
-    text(ax, (kx + bw + dx) / 2, dy + dh / 2 - 0.34, "writes one", fs=9.5, color=KV)
+    text(ax, (kx + bw + dx) / 2, dy + dh / 2 + 0.33, "reads all", fs=10.3, color=KV)
+    text(ax, (kx + bw + dx) / 2, dy + dh / 2 - 0.34, "writes one", fs=10.3, color=KV)
 
     # where the serving techniques act
     def fix(x, yy, s, line, ha="center"):
-        text(ax, x, yy, s, fs=9.5, color=FIX, ha=ha, style="italic")
+        text(ax, x, yy, s, fs=10.3, color=FIX, ha=ha, style="italic")
         ax.plot(*zip(*line), color=FIX, lw=1.1, ls=(0, (3, 2)), zorder=0)
 
     top = y + h
@@ -177,19 +177,19 @@ def pipeline():
         "mask tokens that break JSON",
         ((xs[3] + w / 2, top + 0.36), (xs[3] + w / 2, top + 0.2)))
     fix(0.06, dy + 0.5, "GQA (ch. 4):\nfewer K, V heads,\na smaller cache", ha="left",
-        line=((1.32, dy + 0.5), (kx, dy + 0.5)))
-    fix(8.15, 1.2, "continuous batching\n(ch. 9): many requests\nshare each step",
+        line=((1.55, dy + 0.5), (kx, dy + 0.5)))
+    fix(8.15, 1.3, "continuous batching\n(ch. 9): many requests\nshare each step",
         ha="left", line=((dx + bw, dy + 0.2), (8.1, dy + 0.2)))
-    fix(8.15, 0.35, "speculative decoding\n(ch. 10): check k\nguesses in one pass",
+    fix(8.15, 0.45, "speculative decoding\n(ch. 10): check k\nguesses in one pass",
         ha="left", line=((8.1, dy + 0.2), (8.1, dy + 0.2)))
     # the two clocks
     ttft_y = 4.75
     ax.plot([xs[0], xs[0], xs[3] + w, xs[3] + w],
             [ttft_y - 0.12, ttft_y, ttft_y, ttft_y - 0.12], color=INK, lw=1.1)
     text(ax, (xs[0] + xs[3] + w) / 2, ttft_y + 0.2,
-         "time to first token (TTFT): from the prompt to the first sampled token", fs=10.5)
+         "time to first token (TTFT): from the prompt to the first sampled token", fs=11)
     text(ax, dx + bw / 2 - 0.4, 0.14, "time per output token (TPOT): one turn of the green "
-         "loop", fs=10.5)
+         "loop", fs=11)
     return fig
 
 
@@ -202,42 +202,42 @@ def transformer_block():
     ax.add_patch(FancyArrowPatch((1.25, sy), (8.2, sy), arrowstyle="-|>", mutation_scale=22,
                                  color=STREAM, lw=7, zorder=1, shrinkA=0, shrinkB=0))
     box(ax, 0.1, sy - 0.45, 1.15, 0.9, "embedding\nlookup", fc=light(STREAM, 0.85),
-        ec=STREAM, fs=10.5)
-    text(ax, 0.675, sy - 0.7, "ids → (seq, 256)", fs=9.5)
+        ec=STREAM, fs=11)
+    text(ax, 0.675, sy - 0.7, "ids → (seq, 256)", fs=10.3)
     # the block frame
     fx0, fx1, fy0, fy1 = 1.55, 7.85, 0.3, 3.55
     box(ax, fx0, fy0, fx1 - fx0, fy1 - fy0, fc="none", ec=MUTED, ls=(0, (4, 3)), lw=1.1,
         r=0.12, z=0)
-    text(ax, fx0 + 0.05, fy1 + 0.18, "block ℓ, repeated 6 times in the tiny model", fs=10.5,
+    text(ax, fx0 + 0.05, fy1 + 0.18, "block ℓ, repeated 6 times in the tiny model", fs=11,
          ha="left", color=MUTED)
 
     def sublayer(x_branch, norm_x, f_x, f_w, f_text, add_x, fc, ec, under):
         ty = 2.35
         ax.plot([x_branch, x_branch], [sy, ty + 0.28], color=STREAM, lw=1.6, zorder=1)
         arrow(ax, (x_branch, ty + 0.28), (norm_x, ty + 0.28), color=STREAM, lw=1.6)
-        box(ax, norm_x, ty, 0.85, 0.56, "RMSNorm", fc="white", ec=STREAM, fs=10)
+        box(ax, norm_x, ty, 0.85, 0.56, "RMSNorm", fc="white", ec=STREAM, fs=10.5)
         arrow(ax, (norm_x + 0.85, ty + 0.28), (f_x, ty + 0.28), lw=1.4)
-        box(ax, f_x, ty - 0.22, f_w, 1.0, f_text, fc=fc, ec=ec, fs=10)
+        box(ax, f_x, ty - 0.22, f_w, 1.0, f_text, fc=fc, ec=ec, fs=10.5)
         ax.plot([f_x + f_w, add_x], [ty + 0.28, ty + 0.28], color=INK, lw=1.4, zorder=1)
         arrow(ax, (add_x, ty + 0.28), (add_x, sy + 0.17), lw=1.4)
         ax.add_patch(plt.Circle((add_x, sy), 0.17, fc="white", ec=INK, lw=1.4, zorder=3))
         text(ax, add_x, sy - 0.01, "+", fs=14, zorder=4)
-        text(ax, (x_branch + add_x) / 2, sy - 0.55, under, fs=9.5, color=MUTED)
+        text(ax, (x_branch + add_x) / 2, sy - 0.55, under, fs=10.3, color=MUTED)
 
     sublayer(1.85, 2.05, 3.15, 1.6, "attention\n8 query heads,\n2 K/V heads", 5.0,
              light(PROMPT, 0.85), PROMPT, "tokens exchange information")
-    sublayer(5.3, 5.5, 6.6, 1.1, "SwiGLU\nMLP\n256→688→256", 7.5, light(WEIGHTS, 0.8),
+    sublayer(5.3, 5.5, 6.6, 1.1, "SwiGLU MLP\nhidden 688", 7.5, light(WEIGHTS, 0.8),
              WEIGHTS, "each token on its own")
     # keys and values leave the attention for the cache
-    box(ax, 3.35, 3.2, 1.2, 0.32, "K, V → cache", fc=light(KV, 0.75), ec=KV, fs=9.5)
+    box(ax, 3.35, 3.2, 1.2, 0.32, "K, V → cache", fc=light(KV, 0.75), ec=KV, fs=10.3)
     ax.plot([3.95, 3.95], [3.13, 3.2], color=KV, lw=1.4)
     # after the last block
     box(ax, 8.2, sy - 0.45, 1.05, 0.9, "RMSNorm,\nlm_head", fc=light(WEIGHTS, 0.8),
-        ec=WEIGHTS, fs=10.5)
+        ec=WEIGHTS, fs=11)
     arrow(ax, (9.25, sy), (9.5, sy), lw=1.4)
-    text(ax, 9.55, sy, "logits\n(seq,\n4096)", fs=9.5, ha="left")
+    text(ax, 9.55, sy, "logits\n(seq,\n4096)", fs=10.3, ha="left")
     text(ax, 4.7, 0.12, "residual stream x, one vector of 256 per token:   "
-         "x ← x + Attention(RMSNorm(x)),   x ← x + MLP(RMSNorm(x))", fs=10, color=STREAM)
+         "x ← x + Attention(RMSNorm(x)),   x ← x + MLP(RMSNorm(x))", fs=10.5, color=STREAM)
     return fig
 
 
@@ -251,43 +251,43 @@ def prefill_decode():
         text(ax, x0 + 2.35, 4.25, title, fs=12, weight="bold")
         # memory
         box(ax, x0, 0.75, 1.75, 3.1, fc="#F4F4F4", ec=MUTED, r=0.1, z=0)
-        text(ax, x0 + 0.875, 3.62, "memory", fs=10.5, color=MUTED)
+        text(ax, x0 + 0.875, 3.62, "memory", fs=11, color=MUTED)
         box(ax, x0 + 0.15, 2.0, 1.45, 1.35, "weights\nall layers", fc=light(WEIGHTS, 0.7),
-            ec=WEIGHTS, fs=10.5)
-        box(ax, x0 + 0.15, 0.9, 1.45, 0.9, "KV cache", fc=light(KV, 0.7), ec=KV, fs=10.5)
+            ec=WEIGHTS, fs=11)
+        box(ax, x0 + 0.15, 0.9, 1.45, 0.9, "KV cache", fc=light(KV, 0.7), ec=KV, fs=11)
         # processor
         px, pw = x0 + 2.75, 1.95
         box(ax, px, 0.75, pw, 3.1, fc="white", ec=INK, r=0.1, z=0)
-        text(ax, px + pw / 2, 3.62, "processor", fs=10.5, color=MUTED)
+        text(ax, px + pw / 2, 3.62, "processor", fs=11, color=MUTED)
         cw = min(0.2, (pw - 0.3) / n_tokens)
         tx = px + (pw - cw * n_tokens) / 2
         for i in range(n_tokens):
             cell(ax, tx + i * cw, 2.55, cw, 0.42, fc=light(token_color, 0.35),
                  ec=token_color, lw=0.8)
-        text(ax, px + pw / 2, 2.3, act, fs=9.5)
-        text(ax, px + pw / 2, 1.62, "each token meets\nevery weight:\n" + intensity[0],
-             fs=9.5)
-        text(ax, px + pw / 2, 0.98, intensity[1], fs=9.5, color=FIX)
+        text(ax, px + pw / 2, 2.3, act, fs=10.3)
+        text(ax, px + pw / 2, 1.72, "each token meets\nevery weight:\n" + intensity[0],
+             fs=10.3)
+        text(ax, px + pw / 2, 1.02, intensity[1], fs=10.3, color=FIX)
         # traffic
         ax.add_patch(FancyArrowPatch((x0 + 1.6, 2.85), (px, 2.85), arrowstyle="-|>",
                                      mutation_scale=18, color=WEIGHTS, lw=4.5,
                                      shrinkA=0, shrinkB=0))
-        text(ax, x0 + 2.17, 3.12, "read once", fs=9.5, color=WEIGHTS)
+        text(ax, x0 + 2.17, 3.12, "read once", fs=10.3, color=WEIGHTS)
         arrow(ax, (px, 1.2), (x0 + 1.6, 1.2), color=KV, lw=1.6)
-        text(ax, x0 + 2.17, 1.4, kv_note, fs=9.5, color=KV)
+        text(ax, x0 + 2.17, 1.4, kv_note, fs=10.3, color=KV)
         if kv_read:
             arrow(ax, (x0 + 1.6, 1.6), (px, 1.6), color=KV, lw=3)
-            text(ax, x0 + 2.17, 1.8, kv_read, fs=9.5, color=KV)
+            text(ax, x0 + 2.17, 1.8, kv_read, fs=10.3, color=KV)
 
     panel(0.15, "prefill: S prompt tokens, one pass", 8, PROMPT, "write S", None,
-          "activations (S, 512)", ("2 × weights × S FLOPs", "compute-bound for long S"))
+          "activations (S, 512)", ("2 × weights × S FLOPs", "compute-bound\nwhen S is long"))
     panel(5.15, "decode step: 1 new token per sequence", 1, NEW, "write 1", "read p",
           "activations (B, 1, 512)", ("2 × weights × B FLOPs", "memory-bound"))
     ax.plot([5.0, 5.0], [0.6, 4.4], color="#CCCCCC", lw=1)
     text(ax, 5.0, 0.3, "Bytes per pass: all the weights, however many tokens the pass "
          "holds, plus the K, V written and read (p: positions\nalready cached). FLOPs per "
          "byte in float32 ≈ S/2 for prefill; for decode B/2 at most, less as the K, V reads "
-         "grow.", fs=10)
+         "grow.", fs=10.5)
     return fig
 
 
@@ -300,41 +300,41 @@ def kv_growth():
     tokens = ["def", "␣read", "(self", "):", r"\n", "␣␣␣␣", "return", "␣self"]  # ␣: a space
     cw, ch, x0, top = 0.6, 0.46, 2.15, 3.2
     text(ax, x0 + max_len * cw / 2, top + 0.95, "cache slots of one layer (every layer and "
-         "K/V head looks the same); slot j holds position j", fs=10, color=MUTED)
+         "K/V head looks the same); slot j holds position j", fs=10.5, color=MUTED)
     for j in range(max_len):
-        text(ax, x0 + (j + 0.5) * cw, top + 0.62, str(j), fs=10, color=MUTED)
+        text(ax, x0 + (j + 0.5) * cw, top + 0.62, str(j), fs=10.5, color=MUTED)
         if j < len(tokens):
             c = PROMPT if j < prompt else NEW
             text(ax, x0 + (j + 0.5) * cw, top + 0.3, tokens[j],
-                 fs=9.5, color=c, family=MONO)
-    text(ax, x0 - 0.1, top + 0.3, "token", fs=9.5, color=MUTED, ha="right")
-    text(ax, x0 - 0.1, top + 0.62, "slot", fs=9.5, color=MUTED, ha="right")
+                 fs=10.3, color=c, family=MONO)
+    text(ax, x0 - 0.1, top + 0.3, "token", fs=10.3, color=MUTED, ha="right")
+    text(ax, x0 - 0.1, top + 0.62, "slot", fs=10.3, color=MUTED, ha="right")
     rows = [("prefill", f"positions 0–{prompt - 1}", 0)] + [
         (f"decode step {s}", f"position {prompt + s - 1}", s) for s in range(1, steps + 1)]
     for r, (name, where, s) in enumerate(rows):
         y = top - r * (ch + 0.2) - ch
         text(ax, 0.1, y + ch / 2 + 0.1, name, fs=11, ha="left", weight="bold")
-        text(ax, 0.1, y + ch / 2 - 0.15, "runs " + where, fs=9.5, ha="left", color=MUTED)
+        text(ax, 0.1, y + ch / 2 - 0.15, "runs " + where, fs=10.3, ha="left", color=MUTED)
         end = prompt + s  # slots in use after this step
         for j in range(max_len):
             if s == 0 and j < prompt or s > 0 and j == end - 1:
-                cell(ax, x0 + j * cw, y, cw, ch, "w", fc=KV, ec=INK, color="white", fs=10)
+                cell(ax, x0 + j * cw, y, cw, ch, "w", fc=KV, ec=INK, color="white", fs=10.5)
             elif j < end:
-                cell(ax, x0 + j * cw, y, cw, ch, "r", fc=light(KV, 0.7), ec=INK, fs=10)
+                cell(ax, x0 + j * cw, y, cw, ch, "r", fc=light(KV, 0.7), ec=INK, fs=10.5)
             else:
                 cell(ax, x0 + j * cw, y, cw, ch, fc="white", ec="#BBBBBB", ls=(0, (2, 2)))
         rx = x0 + max_len * cw + 0.2
         new = prompt if s == 0 else 1
         text(ax, rx, y + ch / 2, f"writes {new} slot{'s' if new > 1 else ''},\n"
-             f"attention reads {end}", fs=10, ha="left")
+             f"attention reads {end}", fs=10.5, ha="left")
     y_leg = 0.3
     for i, (fc, ec, label, t) in enumerate([
             (KV, INK, "written this pass", "w"), (light(KV, 0.7), INK, "read from the cache", "r"),
             ("white", "#BBBBBB", "allocated up front (max_len), not yet used", "")]):
         lx = 0.1 + i * 2.75
-        cell(ax, lx, y_leg - 0.15, 0.3, 0.3, t, fc=fc, ec=ec, fs=9.5,
+        cell(ax, lx, y_leg - 0.15, 0.3, 0.3, t, fc=fc, ec=ec, fs=10.3,
              color="white" if fc == KV else INK, ls="-" if t else (0, (2, 2)))
-        text(ax, lx + 0.4, y_leg, label, fs=10, ha="left")
+        text(ax, lx + 0.4, y_leg, label, fs=10.5, ha="left")
     return fig
 
 
@@ -350,16 +350,16 @@ def gqa_heads():
     xs = [x0 + i * (cw + 0.1) for i in range(n_q)]
     yq, yr, ykv = 2.95, 1.75, 0.35
     text(ax, 0.1, yq + 0.22, "query heads", fs=11, ha="left", weight="bold")
-    text(ax, 0.1, yq - 0.05, "8 × 32 dims", fs=9.5, ha="left", color=MUTED)
+    text(ax, 0.1, yq - 0.05, "8 × 32 dims", fs=10.3, ha="left", color=MUTED)
     text(ax, 0.1, yr + 0.22, "repeat_kv(·, 4)", fs=11, ha="left", weight="bold", family=MONO)
-    text(ax, 0.1, yr - 0.05, "copies for the product,\nnot kept in the cache", fs=9.5, ha="left",
+    text(ax, 0.1, yr - 0.05, "copies for the product,\nnot kept in the cache", fs=10.3, ha="left",
          color=MUTED, va="top")
     text(ax, 0.1, ykv + 0.38, "KV cache", fs=11, ha="left", weight="bold")
-    text(ax, 0.1, ykv + 0.1, "2 K and 2 V heads", fs=9.5, ha="left", color=MUTED)
+    text(ax, 0.1, ykv + 0.1, "2 K and 2 V heads", fs=10.3, ha="left", color=MUTED)
     for i, x in enumerate(xs):
         g = i // group
-        cell(ax, x, yq, cw, 0.45, f"q{i}", fc=light(colors[g], 0.8), ec=colors[g], fs=10.5)
-        cell(ax, x, yr, cw, 0.45, f"kv{g}", fc="white", ec=colors[g], fs=10.5,
+        cell(ax, x, yq, cw, 0.45, f"q{i}", fc=light(colors[g], 0.8), ec=colors[g], fs=11)
+        cell(ax, x, yr, cw, 0.45, f"kv{g}", fc="white", ec=colors[g], fs=11,
              ls=(0, (3, 2)), lw=1.3)
         ax.plot([x + cw / 2, x + cw / 2], [yr + 0.45, yq], color=colors[g], lw=1.2)
     kv_w = 1.6
@@ -374,11 +374,11 @@ def gqa_heads():
             ax.plot([kx + kv_w / 2, xs[i] + cw / 2], [ykv + 0.6, yr], color=colors[g],
                     lw=1.2)
         text(ax, (first + last) / 2, yq + 0.7, f"group {g}: q{g * group}–q{(g + 1) * group - 1}"
-             f" read K{g}, V{g}", fs=10, color=colors[g])
+             f" read K{g}, V{g}", fs=10.5, color=colors[g])
     rx = xs[-1] + cw + 0.25
     text(ax, rx, 1.95, "The tiny model. Each\nquery head computes\nits own attention.\n\n"
          "Per token and layer\nthe cache holds\n2 × 2 × 32 numbers;\nMHA would hold\n"
-         "2 × 8 × 32: 4× more.\n\nSmolLM2-135M: 9 query\nheads, 3 K/V heads.", fs=10,
+         "2 × 8 × 32: 4× more.\n\nSmolLM2-135M: 9 query\nheads, 3 K/V heads.", fs=10.5,
          ha="left")
     return fig
 
@@ -407,8 +407,8 @@ def paged_prefix():
         y, ty = s["y"], s["ty"]
         text(ax, 0.1, y + 0.26, f"seq {name}", fs=11.5, ha="left", weight="bold",
              color=s["color"])
-        text(ax, 0.1, y + 0.0, f"{s['n']} tokens", fs=9.5, ha="left", color=MUTED)
-        text(ax, 0.1, ty + 0.2, f"table {name}", fs=10.5, ha="left", color=s["color"])
+        text(ax, 0.1, y + 0.0, f"{s['n']} tokens", fs=10.3, ha="left", color=MUTED)
+        text(ax, 0.1, ty + 0.2, f"table {name}", fs=11, ha="left", color=s["color"])
         for i, blk in enumerate(s["table"]):
             c = block_color(name, i)
             bx = x0 + i * bw
@@ -417,9 +417,9 @@ def paged_prefix():
                 cell(ax, bx + t * tw, y, tw, 0.42, fc=light(c, 0.55) if filled else "white",
                      ec=c, lw=1.0, ls="-" if filled else (0, (2, 2)))
             label_y = y + 0.58 if name == "A" else y - 0.18
-            text(ax, bx + bs * tw / 2, label_y, f"logical block {i}", fs=9.5, color=MUTED)
+            text(ax, bx + bs * tw / 2, label_y, f"logical block {i}", fs=10.3, color=MUTED)
             cx = bx + bs * tw / 2
-            cell(ax, cx - 0.25, ty, 0.5, 0.4, str(blk), fc="white", ec=s["color"], fs=10.5,
+            cell(ax, cx - 0.25, ty, 0.5, 0.4, str(blk), fc="white", ec=s["color"], fs=11,
                  lw=1.3)
             ax.plot([cx, cx], [y if name == "A" else y + 0.42, ty + 0.4 if name == "A" else ty],
                     color=s["color"], lw=1.0, ls=(0, (2, 2)))
@@ -428,7 +428,7 @@ def paged_prefix():
             arrow(ax, start, end, color=s["color"], lw=1.1, head=9)
     # the highlighted lookup: position 9 of B
     s = seqs["B"]
-    cell(ax, x0 + 2 * bw + 1 * tw, s["y"], tw, 0.42, "9", fc=b_c, ec=INK, lw=2, fs=9.5,
+    cell(ax, x0 + 2 * bw + 1 * tw, s["y"], tw, 0.42, "9", fc=b_c, ec=INK, lw=2, fs=10.3,
          color="white", weight="bold")
     # the pool
     text(ax, 0.1, py + ph / 2, "pool", fs=11.5, ha="left", weight="bold")
@@ -448,17 +448,17 @@ def paged_prefix():
         else:
             cell(ax, x, py, pw, ph, fc="white", ec="#BBBBBB")
             ref, color = "free", MUTED
-        text(ax, x + pw / 2, py + ph - 0.19, str(b), fs=10.5, color=color,
+        text(ax, x + pw / 2, py + ph - 0.19, str(b), fs=11, color=color,
              weight="bold" if users else "normal")
-        text(ax, x + pw / 2, py + 0.17, ref, fs=9.5, color=color)
+        text(ax, x + pw / 2, py + 0.17, ref, fs=10.3, color=color)
     # notes on the right
     nx = x0 + 4 * bw + 0.05
     text(ax, nx, 4.85, "Both sequences start with\nthe same system prompt:\none copy, in "
          "blocks 3 and 7,\nwith reference count 2.\nA full block's key hashes\nthe previous "
-         "key and its\n4 tokens.", fs=10, ha="left", va="top")
+         "key and its\n4 tokens.", fs=10.5, ha="left", va="top")
     text(ax, nx, 1.75, "Position 9 of seq B:\nlogical block 9 // 4 = 2,\noffset 9 % 4 = 1;"
-         "\ntable B[2] = 5, so pool\nslot 5 × 4 + 1 = 21.", fs=10, ha="left", va="top")
-    text(ax, pool_x(8) + pw / 2, py - 0.2, "cached, evictable", fs=9.5, color=MUTED)
+         "\ntable B[2] = 5, so pool\nslot 5 × 4 + 1 = 21.", fs=10.5, ha="left", va="top")
+    text(ax, pool_x(8) + pw / 2, py - 0.2, "cached, evictable", fs=10.3, color=MUTED)
     return fig
 
 
@@ -504,10 +504,10 @@ def batching():
              ha="left", weight="bold")
         start = {names[r]: s for r, _, s, _ in runs}
         text(ax, x0 + total * sw + 0.12, y_top - 2.7 * sh, f"E starts at step {start['E']}",
-             fs=9.5, ha="left", color=MUTED)
+             fs=10.3, ha="left", color=MUTED)
         for slot in range(BATCH):
             y = y_top - (slot + 1) * sh
-            text(ax, x0 - 0.12, y + sh / 2, f"slot {slot}", fs=9.5, ha="right", color=MUTED)
+            text(ax, x0 - 0.12, y + sh / 2, f"slot {slot}", fs=10.3, ha="right", color=MUTED)
             cell(ax, x0, y, total * sw, sh, fc="#F1F1F1", ec="none", z=0)
             busy = [(s, n) for _, sl, s, n in runs if sl == slot]
             for t in range(total):  # idle steps are hatched
@@ -518,20 +518,20 @@ def batching():
             y = y_top - (slot + 1) * sh
             cell(ax, x0 + s * sw + 0.02, y + 0.03, n * sw - 0.04, sh - 0.06,
                  f"{names[r]} ({n})" if n > 1 else names[r], fc=palette[r], ec="white",
-                 color="white", fs=9.5, weight="bold")
+                 color="white", fs=10.3, weight="bold")
         return total
 
     t_static = panel(4.35, "static batching: a batch runs until its longest request ends",
                      True)
     panel(2.25, "continuous batching: a freed slot is refilled at the next step", False)
     for t in range(0, t_static + 1, 2):
-        text(ax, x0 + t * sw, 0.68, str(t), fs=9.5, color=MUTED)
-    text(ax, x0 + t_static * sw / 2, 0.38, "decode step", fs=10, color=MUTED)
+        text(ax, x0 + t * sw, 0.68, str(t), fs=10.3, color=MUTED)
+    text(ax, x0 + t_static * sw / 2, 0.38, "decode step", fs=10.5, color=MUTED)
     ax.add_patch(Rectangle((0.1, 0.3), 0.3, 0.22, fc="none", ec="#BBBBBB", hatch="///",
                            lw=0.8))
-    text(ax, 0.5, 0.41, "idle slot", fs=9.5, ha="left", color=MUTED)
+    text(ax, 0.5, 0.41, "idle slot", fs=10.3, ha="left", color=MUTED)
     text(ax, 10 - 0.1, 0.41, "8 requests arrive at once; (n): steps each needs",
-         fs=9.5, ha="right", color=MUTED)
+         fs=10.3, ha="right", color=MUTED)
     return fig
 
 
@@ -546,59 +546,59 @@ def speculative_round():
     target = ["'.x'", "' ='", "' x'", r"'\n'", "'  '"]
     yd, yi, yo, yc, ya = 4.0, 2.45, 3.15, 1.6, 0.75
     for j in range(6):
-        text(ax, col[j] + cw / 2, 4.72, "p" if j == 0 else f"p+{j}", fs=9.5, color=MUTED)
+        text(ax, col[j] + cw / 2, 4.72, "p" if j == 0 else f"p+{j}", fs=10.3, color=MUTED)
     # 1. draft
     text(ax, 0.1, yd + 0.3, "1. draft", fs=11.5, ha="left", weight="bold", color=DRAFT)
-    text(ax, 0.1, yd + 0.02, "k = 4 cheap steps,\none token each", fs=9.5, ha="left",
+    text(ax, 0.1, yd + 0.02, "k = 4 cheap steps,\none token each", fs=10.3, ha="left",
          color=MUTED, va="top")
     cell(ax, col[0], yd, cw, ch, "'self'", fc=light(PROMPT, 0.8), ec=PROMPT, family=MONO,
-         fs=10)
+         fs=10.5)
     for j, tok in enumerate(draft, start=1):
-        cell(ax, col[j], yd, cw, ch, tok, fc=light(DRAFT, 0.75), ec=DRAFT, family=MONO, fs=10)
+        cell(ax, col[j], yd, cw, ch, tok, fc=light(DRAFT, 0.75), ec=DRAFT, family=MONO, fs=10.5)
         arrow(ax, (col[j - 1] + cw, yd + ch / 2), (col[j], yd + ch / 2), color=DRAFT, lw=1.3,
               head=11)
     # 2. target: one pass, inputs p .. p+4, predictions for p+1 .. p+5
     text(ax, 0.1, yo + 0.12, "2. target", fs=11.5, ha="left", weight="bold")
-    text(ax, 0.1, yo - 0.16, "one pass: 5 inputs,\n5 predictions", fs=9.5, ha="left",
+    text(ax, 0.1, yo - 0.16, "one pass: 5 inputs,\n5 predictions", fs=10.3, ha="left",
          color=MUTED, va="top")
     box(ax, col[0] - 0.1, yi - 0.12, col[5] + cw - col[0] + 0.2, yo + ch - yi + 0.24,
         fc="none", ec=INK, lw=1.2, z=0)
     inputs = ["'self'"] + draft
     for j, tok in enumerate(inputs):
         c = PROMPT if j == 0 else DRAFT
-        cell(ax, col[j], yi, cw, ch, tok, fc=light(c, 0.8), ec=c, family=MONO, fs=10)
+        cell(ax, col[j], yi, cw, ch, tok, fc=light(c, 0.8), ec=c, family=MONO, fs=10.5)
         arrow(ax, (col[j] + cw * 0.75, yi + ch), (col[j + 1] + cw * 0.3, yo), lw=1.0,
               head=8, color=MUTED)
     for j, tok in enumerate(target, start=1):
         used = j <= 3
         cell(ax, col[j], yo, cw, ch, tok, fc="white" if used else "#F4F4F4",
-             ec=INK if used else "#BBBBBB", family=MONO, fs=10,
+             ec=INK if used else "#BBBBBB", family=MONO, fs=10.5,
              color=INK if used else "#9A9A9A")
-    text(ax, col[5] + cw + 0.2, yo + ch / 2, "the target's token\nafter each input", fs=9.5,
+    text(ax, col[5] + cw + 0.2, yo + ch / 2, "the target's token\nafter each input", fs=10.3,
          ha="left", color=MUTED)
     text(ax, col[5] + cw + 0.2, yi + ch / 2, "the last kept token\nand the 4 guesses",
-         fs=9.5, ha="left", color=MUTED)
+         fs=10.3, ha="left", color=MUTED)
     # 3. compare
     text(ax, 0.1, yc + 0.3, "3. compare", fs=11.5, ha="left", weight="bold")
-    text(ax, 0.1, yc + 0.02, "guess = prediction?", fs=9.5, ha="left", color=MUTED,
+    text(ax, 0.1, yc + 0.02, "guess = prediction?", fs=10.3, ha="left", color=MUTED,
          va="top")
     marks = [("✓", NEW), ("✓", NEW), ("✗", REJECT), ("not\nchecked", MUTED)]
     for j, (m, c) in enumerate(marks, start=1):
-        text(ax, col[j] + cw / 2, yc + 0.2, m, fs=16 if len(m) == 1 else 9.5, color=c)
+        text(ax, col[j] + cw / 2, yc + 0.2, m, fs=16 if len(m) == 1 else 10.3, color=c)
     # 4. accepted
     text(ax, 0.1, ya + 0.3, "4. output", fs=11.5, ha="left", weight="bold")
-    text(ax, 0.1, ya + 0.02, "3 tokens for one\ntarget pass", fs=9.5, ha="left",
+    text(ax, 0.1, ya + 0.02, "3 tokens for one\ntarget pass", fs=10.3, ha="left",
          color=MUTED, va="top")
     for j, tok in enumerate(["'.x'", "' ='"], start=1):
-        cell(ax, col[j], ya, cw, ch, tok, fc=light(NEW, 0.7), ec=NEW, family=MONO, fs=10)
+        cell(ax, col[j], ya, cw, ch, tok, fc=light(NEW, 0.7), ec=NEW, family=MONO, fs=10.5)
     cell(ax, col[3], ya, cw, ch, "' x'", fc=light(BONUS, 0.65), ec=BONUS, family=MONO,
-         fs=10)
-    text(ax, col[1] + cw + 0.05, ya - 0.22, "kept guesses", fs=9.5, color=NEW)
-    text(ax, col[3] + cw / 2, ya - 0.22, "target's token", fs=9.5, color=BONUS)
+         fs=10.5)
+    text(ax, col[1] + cw + 0.05, ya - 0.22, "kept guesses", fs=10.3, color=NEW)
+    text(ax, col[3] + cw / 2, ya - 0.22, "target's token", fs=10.3, color=BONUS)
     rx = col[5] + cw + 0.12
     text(ax, rx, 1.25, "All 4 kept? Then the\nprediction at p+5 is\na bonus token: k + 1\n"
          "tokens from one pass.\n\nRejected guesses'\nK, V slots are\noverwritten next round.",
-         fs=9.5, ha="left")
+         fs=10.3, ha="left")
     return fig
 
 
