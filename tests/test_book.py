@@ -57,6 +57,21 @@ def test_chapter_pages_show_outputs_figures_and_hidden_solutions(site):
     assert n_ex >= 3 and html.count('class="solution dropdown admonition"') == n_ex
 
 
+def test_exercises_are_numbered_by_chapter_like_their_checkers(site):
+    # book/_ext/exercise_numbers.py: the k-th exercise of chapter N shows "Exercise N.k",
+    # the number its checker prints (tests/test_exercises.py checks the checkers); the
+    # notebook-only parts of a hidden solution (Colab's "# @title" line, the note on how
+    # to open it in Jupyter) stay off the site
+    for page in sorted((site / "chapters").glob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        prefix = page.stem.split("_")[0]
+        chapter = str(int(prefix)) if prefix.isdigit() else prefix
+        shown = re.findall(r'class="caption-number">Exercise (\S+) </span>', html)
+        assert len(shown) >= 3, page.name
+        assert shown == [f"{chapter}.{k}" for k in range(1, len(shown) + 1)], page.name
+        assert "# @title" not in html and "nb-only" not in html, page.name
+
+
 def test_glossary_gives_chinese_terms(site):
     html = (site / "book" / "glossary.html").read_text(encoding="utf-8")
     for zh in ("首字延迟", "访存瓶颈", "投机解码", "残差流"):

@@ -1,16 +1,21 @@
-"""Every checker accepts a correct answer, rejects wrong ones, and never raises.
+"""Every checker accepts a correct answer, rejects wrong ones, and never raises; the
+notebooks number, hide and wrap their exercises as CONTRIBUTING.md says.
 
 Answers live in tests/answers/chNN.py, one module per chapter, each defining ANSWERS.
 """
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 
 import answers
 import llmcore.exercises as ex
+from conftest import ROOT
 from llmcore.exercises import CHECKERS, FAILED, NOT_ATTEMPTED, PASSED
 
 for info in pkgutil.iter_modules(ex.__path__):  # registers every chapter's checkers
@@ -19,6 +24,10 @@ for info in pkgutil.iter_modules(ex.__path__):  # registers every chapter's chec
 ANSWERS: dict = {}
 for info in pkgutil.iter_modules(answers.__path__):
     ANSWERS.update(importlib.import_module(f"answers.{info.name}").ANSWERS)
+
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CHECKER_CALL = re.compile(r"\b(ch\w+)\.(check_\w+)\(")
+SOLUTION_TITLE = "# @title Solution"
 
 
 def _skeleton(*args, **kwargs):
@@ -36,6 +45,8 @@ def test_checker_accepts_correct_and_rejects_wrong(name, capsys):
     for wrong in wrongs:
         verdict = CHECKERS[name](wrong)
         assert verdict.status == FAILED and not verdict, f"{name} accepted a wrong answer"
+        assert re.search(r"\b(case|check)\b", verdict.message), (
+            f"{name}: the verdict must name the case or check that failed: {verdict}")
     assert CHECKERS[name](_skeleton).status == NOT_ATTEMPTED
     assert "passed" in capsys.readouterr().out  # verdicts are printed for the learner
 
@@ -55,3 +66,100 @@ def test_verdict_text_names_the_failing_case():
 
 def test_non_callable_answer_fails_cleanly():
     assert ex.run_cases("demo", 3, [ex.Case((1,), 1)]).status == FAILED
+
+
+# --- the exercises in the notebooks ---------------------------------------------------
+
+
+def _cells(path: Path) -> list[tuple[str, str, dict]]:
+    """(cell type, source, metadata) of every cell of a notebook."""
+    book = json.loads(path.read_text(encoding="utf-8"))
+    return [(c["cell_type"], "".join(c["source"]), c.get("metadata", {}))
+            for c in book["cells"]]
+
+
+def _chapter_number(path: Path) -> str:
+    """'07_sampling' -> '7', 'A_tiny_model' -> 'A' (as book/_ext/exercise_numbers.py)."""
+    prefix = path.stem.split("_")[0]
+    return str(int(prefix)) if prefix.isdigit() else prefix
+
+
+def _exercises(path: Path) -> list[tuple[str, str]]:
+    """(label, checker name) of each exercise, in order: the checker is the one the
+    code cell right after the {exercise} directive calls."""
+    cells, found = _cells(path), []
+    for i, (kind, source, _) in enumerate(cells):
+        if kind == "markdown" and "```{exercise}" in source:
+            label = re.search(r":label: (\S+)", source)
+            skeleton = next(s for k, s, _ in cells[i + 1:] if k == "code")
+            call = CHECKER_CALL.search(skeleton)
+            assert label and call, f"{path.name}: exercise {len(found) + 1} needs a " \
+                                   ":label: and a skeleton cell that calls its checker"
+            found.append((label[1], f"{call[1]}.{call[2]}"))
+    return found
+
+
+def _solution_cells(path: Path) -> list[tuple[str, str, dict]]:
+    """The cells strictly between each {solution-start} and its {solution-end}."""
+    inside, found = False, []
+    for cell in _cells(path):
+        if "{solution-start}" in cell[1]:
+            inside = True
+        elif "{solution-end}" in cell[1]:
+            inside = False
+        elif inside:
+            found.append(cell)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercise_numbers_agree_with_the_checkers(path, capsys):
+    # the site shows the k-th exercise of chapter N as "Exercise N.k" (book/_ext);
+    # its checker must print that number too
+    exercises = _exercises(path)
+    assert len(exercises) >= 3, f"{path.name} needs at least three exercises"
+    for k, (label, name) in enumerate(exercises, 1):
+        number = f"{_chapter_number(path)}.{k}"
+        verdict = CHECKERS[name](_skeleton)
+        assert verdict.exercise.startswith(f"Exercise {number} ("), (
+            f"{path.name}: {label} is Exercise {number} on the page, but {name} "
+            f"prints {verdict.exercise!r}")
+    capsys.readouterr()
+
+
+def test_every_checker_is_called_by_exactly_one_exercise():
+    called = [name for path in NOTEBOOKS for _, name in _exercises(path)]
+    assert sorted(called) == sorted(CHECKERS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_solutions_are_hidden_in_jupyter_and_colab(path):
+    cells = _solution_cells(path)
+    assert cells
+    for kind, source, meta in cells:
+        where = f"{path.name}: solution cell {source[:60]!r}"
+        assert meta.get("jupyter", {}).get("source_hidden") is True, where
+        if kind == "code":  # JupyterLab: code and output collapsed; Colab: a form cell
+            assert meta["jupyter"].get("outputs_hidden") is True, where
+            assert meta.get("cellView") == "form", where
+            assert source.startswith(SOLUTION_TITLE), where
+    for kind, source, _ in _cells(path):
+        if "{solution-start}" in source:  # the note Jupyter shows (the site drops it)
+            assert 'class="nb-only"' in source and ":class: dropdown" in source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercise_cells_wrap_at_88_columns(path):
+    cells = _cells(path)
+    first = next(i for i, c in enumerate(cells) if "```{exercise}" in c[1])
+    last = max(i for i, c in enumerate(cells) if "{solution-end}" in c[1])
+    long = [f"{line[:50]}... ({len(line)} columns)" for _, source, _ in cells[first:last + 1]
+            for line in source.splitlines() if len(line) > 88]
+    assert not long, f"{path.name}: exercise lines over 88 columns:\n" + "\n".join(long)
+
+
+def test_exercises_package_wraps_at_88_columns():
+    long = [f"{path.name}:{i} ({len(line)} columns)"
+            for path in sorted(Path(ex.__file__).parent.glob("*.py"))
+            for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 88]
+    assert not long, "lines longer than 88 columns:\n" + "\n".join(long)
