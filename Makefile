@@ -27,6 +27,9 @@ export: $(STAMP)             ## write the notebooks' `#| export` cells into llmc
 setup-cells: $(STAMP)        ## write _config.yml's repository URL into every chapter's setup cell
 	$(PY) scripts/setup_cells.py
 
+diagrams: $(STAMP)           ## redraw book/_static/diagrams/*.svg from scripts/diagrams.py
+	$(PY) scripts/diagrams.py
+
 notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ipynb for one)
 	$(PY) scripts/execute_notebooks.py $(NB)
 
