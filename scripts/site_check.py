@@ -1,27 +1,32 @@
-"""Open every page of the built site in headless Chromium and fail on what a reader would see.
+"""Open every page of the built site in headless Chromium; fail on what a reader sees.
 
-    python scripts/site_check.py                   # build the site, then check _build/html
-    python scripts/site_check.py --no-build        # check the site already in _build/html
-    python scripts/site_check.py --site DIR        # check another build (implies --no-build)
-    python scripts/site_check.py --page 07         # only pages whose path contains "07"
+    python scripts/site_check.py              # build the site, then check _build/html
+    python scripts/site_check.py --no-build   # check the site already in _build/html
+    python scripts/site_check.py --site DIR   # check another build (no build)
+    python scripts/site_check.py --page 07    # only pages whose path contains "07"
 
-The site is served on 127.0.0.1 (an ephemeral port, in a thread) and every page is opened at a
-1280 px wide viewport in Debian's `chromium` (`apt-get install chromium`), driven by Playwright's
-Python API; Playwright's own browser download is never used. Requests to any other host are
-refused, so a page that needs the network shows up as an error. A page fails on:
+The site is served on 127.0.0.1 (an ephemeral port, in a thread) and every page is
+opened in a 1280 px wide window, scrollbar included, in Debian's `chromium` (`apt-get
+install chromium`) driven by Playwright's Python API; Playwright's own browser download
+is never used. Requests to any other host are refused, so a page that needs the network
+shows up as an error. A page fails on:
 
-- js: a console error or an uncaught exception (after the page loaded);
-- tex: `\\(` or `\\[` left in the text after MathJax finished typesetting, or a MathJax error;
+- js: a console error (a failed request included) or an uncaught exception;
+- tex: `\\(` or `\\[` left in the text after MathJax finished typesetting, or a MathJax
+  error;
 - image: an image that did not load;
-- code / table / math: a code block (input or output), table or display equation whose content
-  is wider than its own box (so it scrolls sideways, deliberately or not) or whose box is wider
-  than the text column; collapsed solutions and hidden cells are opened before measuring;
-- exercise: an exercise whose number (`Exercise 7.1` in its title) differs from the number in
-  the first checker verdict printed after it (`Exercise 7.1 (name): ...`), or has no verdict.
+- code / table / math: a code block (input or output), table or display equation whose
+  content is wider than its own box (it scrolls sideways, deliberately or not) or whose
+  box is wider than the text column; collapsed solutions and hidden cells are opened
+  first;
+- exercise: an exercise whose number (`Exercise 7.1` in its title) differs from the
+  number in the first checker verdict printed after it (`Exercise 7.1 (name): ...`), or
+  that has no verdict.
 
-A full-page PNG screenshot of every page (as a reader first sees it: solutions collapsed) goes
-to _build/site-check/, with report.json (every problem). Exit status 1 if any page fails, 2 if
-the browser cannot be started.
+Printed output wraps on the site (as in Jupyter), so it never counts as too wide; its
+wrapped lines are counted in a note. A full-page PNG screenshot of every page (as a
+reader first sees it: solutions collapsed) goes to _build/site-check/, with report.json
+(every problem). Exit status 1 if any page fails, 2 if Chromium is not installed.
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ CATEGORIES = {
     "exercise": "exercise numbers",
 }
 SHOWN_PER_CATEGORY = 5  # per page in the printed list; report.json holds every problem
+INSTALL = "Debian/Ubuntu: `sudo apt-get install chromium`"
 
 
 def chromium_path() -> str | None:
@@ -56,13 +62,14 @@ def chromium_path() -> str | None:
 
 
 def site_pages(site: Path) -> list[str]:
-    """Every HTML page of the site (relative paths), except redirect stubs such as index.html."""
+    """Every HTML page of the site (relative paths) but redirects such as index.html."""
     pages = []
     for p in sorted(site.rglob("*.html")):
         rel = p.relative_to(site).as_posix()
         if rel.split("/")[0] in {"_static", "_sources", "_images"}:
             continue
-        if 'http-equiv="Refresh"' in p.read_text(encoding="utf-8", errors="replace")[:2000]:
+        head = p.read_text(encoding="utf-8", errors="replace")[:2000]
+        if 'http-equiv="Refresh"' in head:
             continue
         pages.append(rel)
     return pages
@@ -81,14 +88,14 @@ def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-# --- what runs in the page -----------------------------------------------------------------
+# --- what runs in the page ------------------------------------------------------------
 
 _WAIT_FOR_MATHJAX = """async () => {
-  if (!document.querySelector('script[src*="mathjax"]')) return 'no MathJax on this page';
-  for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
-    await new Promise(r => setTimeout(r, 50));
-  if (!(window.MathJax && MathJax.startup && MathJax.startup.promise))
-    return 'MathJax did not start within 10 s';
+  if (!document.querySelector('script[src*="mathjax"]'))
+    return 'no MathJax on this page';
+  const started = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+  for (let i = 0; i < 200 && !started(); i++) await new Promise(r => setTimeout(r, 50));
+  if (!started()) return 'MathJax did not start within 10 s';
   await MathJax.startup.promise;
   return null;
 }"""
@@ -101,11 +108,14 @@ _RAW_TEX = r"""() => {
     if (n.parentElement && n.parentElement.closest(skip)) continue;
     const t = n.textContent;
     for (const m of t.matchAll(/\\[\(\[]/g)) {
-      out.push('raw TeX: "' + t.slice(Math.max(0, m.index - 30), m.index + 50).replace(/\s+/g, ' ').trim() + '"');
+      const around = t.slice(Math.max(0, m.index - 30), m.index + 50);
+      out.push('raw TeX: "' + around.replace(/\s+/g, ' ').trim() + '"');
     }
   }
-  for (const e of document.querySelectorAll('mjx-merror'))
-    out.push('MathJax error: ' + (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 120));
+  for (const e of document.querySelectorAll('mjx-merror')) {
+    const why = e.getAttribute('data-mjx-error') || e.textContent;
+    out.push('MathJax error: ' + why.slice(0, 120));
+  }
   return out;
 }"""
 
@@ -114,64 +124,79 @@ _BROKEN_IMAGES = """async () => {
   await Promise.all(imgs.map(img => Promise.race([
     img.decode().catch(() => null), new Promise(r => setTimeout(r, 5000))])));
   return imgs.filter(img => !img.complete || img.naturalWidth === 0)
-             .map(img => 'image did not load: ' + (img.getAttribute('src') || '(no src)'));
+    .map(img => 'image did not load: ' + (img.getAttribute('src') || '(no src)'));
 }"""
 
 _EXPAND_HIDDEN = """() => {
-  for (const e of document.querySelectorAll('.toggle-hidden')) e.classList.remove('toggle-hidden');
+  for (const e of document.querySelectorAll('.toggle-hidden'))
+    e.classList.remove('toggle-hidden');
   for (const d of document.querySelectorAll('details')) d.open = true;
 }"""
 
-# A code block, table or display equation overflows when its content is wider than its own
-# visible box (scrollWidth > clientWidth: it scrolls sideways or spills out) or when its box
-# sticks out of the article's text column. A scroll box used on purpose counts the same.
+# A code block, table or display equation overflows when its content is wider than its
+# own visible box (scrollWidth > clientWidth: it scrolls sideways or spills out) or when
+# its box sticks out of the article's text column. A deliberate scroll box counts too.
 _OVERFLOW = r"""() => {
-  const art = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const art = document.querySelector('article.bd-article')
+    || document.querySelector('main') || document.body;
   const cs = getComputedStyle(art), ar = art.getBoundingClientRect();
-  const left = ar.left + parseFloat(cs.paddingLeft), right = ar.right - parseFloat(cs.paddingRight);
-  const probe = document.createElement('pre');
-  probe.style.cssText = 'position:absolute;visibility:hidden;display:inline-block;padding:0;margin:0;border:0';
-  probe.textContent = 'x'.repeat(100);
-  const anyPre = art.querySelector('div.highlight pre, pre');
-  (anyPre ? anyPre.parentElement : art).appendChild(probe);
-  const charPx = probe.getBoundingClientRect().width / 100;
-  const prePad = anyPre ? parseFloat(getComputedStyle(anyPre).paddingLeft) + parseFloat(getComputedStyle(anyPre).paddingRight) : 0;
-  probe.remove();
-  const kinds = [['code', 'pre'], ['table', 'table'], ['math', 'div.math, mjx-container[display="true"]']];
+  const left = ar.left + parseFloat(cs.paddingLeft);
+  const right = ar.right - parseFloat(cs.paddingRight);
+  // the width of one character of the code font, and a code block's padding
+  const codePre = art.querySelector('.cell_input div.highlight pre')
+    || art.querySelector('div.highlight pre');
+  let charPx = 0, prePad = 0;
+  if (codePre) {
+    const probe = document.createElement('pre');
+    probe.style.cssText = 'position:absolute;visibility:hidden;display:inline-block;'
+      + 'padding:0;margin:0;border:0';
+    probe.textContent = 'x'.repeat(100);
+    codePre.parentElement.appendChild(probe);
+    charPx = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const ps = getComputedStyle(codePre);
+    prePad = parseFloat(ps.paddingLeft) + parseFloat(ps.paddingRight);
+  }
+  const flat = s => s.replace(/\s+/g, ' ').trim().slice(0, 60);
+  const kinds = [['code', 'pre'], ['table', 'table'],
+                 ['math', 'div.math, mjx-container[display="true"]']];
   const out = [];
   const seen = new Set();
   for (const [kind, sel] of kinds) {
     for (const el of art.querySelectorAll(sel)) {
       const r = el.getBoundingClientRect();
       if (r.width === 0 && r.height === 0) continue;  // not rendered
-      // a display equation is one problem, whether its div.math or its mjx-container is measured
+      // one display equation is one problem, measured on its div.math or mjx-container
       const key = kind === 'math' ? (el.closest('div.math') || el) : el;
       if (seen.has(key)) continue;
       let own = el.scrollWidth - el.clientWidth;
       const p = el.parentElement;
-      if (kind !== 'code' && p && p !== art) own = Math.max(own, p.scrollWidth - p.clientWidth);
-      const past = Math.max(r.right - right, left - r.left);
-      const over = Math.max(own, past);
+      if (kind !== 'code' && p && p !== art)
+        own = Math.max(own, p.scrollWidth - p.clientWidth);
+      const over = Math.max(own, r.right - right, left - r.left);
       if (over <= 1) continue;
       seen.add(key);
       let what;
       if (kind === 'code') {
         const lines = el.textContent.split('\n');
         const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
-        const where = el.closest('.cell_output') ? 'output' : el.closest('.cell_input') ? 'input' : 'block';
-        what = `${where} line of ${longest.length} chars: "${longest.trim().slice(0, 70)}"`;
+        const where = el.closest('.cell_output') ? 'output'
+          : el.closest('.cell_input') ? 'input' : 'block';
+        const start = longest.trim().slice(0, 70);
+        what = `${where} line of ${longest.length} chars: "${start}"`;
       } else if (kind === 'table') {
-        what = `table "${el.innerText.replace(/\s+/g, ' ').trim().slice(0, 60)}"`;
+        what = `table "${flat(el.innerText)}"`;
       } else {
-        what = `equation "${(el.querySelector('mjx-assistive-mml, math') || el).textContent.replace(/\s+/g, ' ').trim().slice(0, 60)}"`;
+        const tex = el.querySelector('mjx-assistive-mml, math') || el;
+        what = `equation "${flat(tex.textContent)}"`;
       }
       out.push({kind, text: `${what} is ${Math.round(over)} px too wide`});
     }
   }
-  // printed output that wraps (white-space: pre-wrap) fits by design: count its long lines
+  // printed output that wraps (white-space: pre-wrap) fits by design: count long lines
   let wrapped = 0;
   for (const el of art.querySelectorAll('.cell_output pre')) {
-    if (!getComputedStyle(el).whiteSpace.startsWith('pre-wrap') || !charPx) continue;
+    if (!charPx || !getComputedStyle(el).whiteSpace.startsWith('pre-wrap')) continue;
     const fits = Math.floor((el.clientWidth - prePad) / charPx);
     wrapped += el.textContent.split('\n').filter(l => l.length > fits).length;
   }
@@ -188,9 +213,11 @@ _EXERCISES = r"""() => {
   const out = [];
   let current = null;
   const finish = () => {
-    if (current && !current.done) out.push(`${current.label}: no checker verdict follows it`);
+    if (current && !current.done)
+      out.push(`${current.label}: no checker verdict follows it`);
   };
-  for (const el of document.querySelectorAll('div.exercise.admonition, div.cell_output')) {
+  const sel = 'div.exercise.admonition, div.cell_output';
+  for (const el of document.querySelectorAll(sel)) {
     if (el.matches('div.exercise.admonition')) {
       finish();
       const titleEl = el.querySelector('.admonition-title');
@@ -198,7 +225,10 @@ _EXERCISES = r"""() => {
       const m = title.match(num);
       const n = m ? m[1].replace(/\s+/g, '') : null;
       current = {n, label: `"${title.slice(0, 60)}"`, done: false};
-      if (!n) { out.push(`${current.label}: no "Exercise <n>" in the title`); current.done = true; }
+      if (!n) {
+        out.push(`${current.label}: no "Exercise <n>" in the title`);
+        current.done = true;
+      }
       continue;
     }
     if (!current || current.done) continue;
@@ -206,29 +236,37 @@ _EXERCISES = r"""() => {
     if (!m) continue;
     current.done = true;
     const v = `${m[1]}.${m[2]}`;
-    if (v !== current.n) out.push(`${current.label} is numbered ${current.n}, its checker prints ${v}`);
+    if (v !== current.n)
+      out.push(`${current.label} is numbered ${current.n}, its checker prints ${v}`);
   }
   finish();
   return out;
 }"""
 
 
+def _console_error(problems: dict, message) -> None:
+    if message.type != "error":
+        return
+    where = ""
+    if message.location and message.location.get("url"):
+        name = message.location["url"].rsplit("/", 1)[-1]
+        where = f" ({name}:{message.location['lineNumber']})"
+    problems["js"].append(f"console: {message.text}{where}")
+
+
 def check_page(context, url: str, shot: Path | None) -> dict:
-    """Open one page and return its problems by category, plus the column measurements."""
+    """Open one page; return its problems by category and the column's measurements."""
     page = context.new_page()
     problems: dict[str, list[str]] = {k: [] for k in CATEGORIES}
     measured: dict = {}
-    page.on("console", lambda m: problems["js"].append(
-        f"console: {m.text}" + (f" ({m.location['url'].rsplit('/', 1)[-1]}:{m.location['lineNumber']})"
-                                 if m.location and m.location.get("url") else ""))
-            if m.type == "error" else None)
+    page.on("console", lambda m: _console_error(problems, m))
     page.on("pageerror", lambda e: problems["js"].append(f"uncaught: {e}"))
     try:
         page.goto(url, wait_until="load", timeout=60_000)
         late = page.evaluate(_WAIT_FOR_MATHJAX)
         if late and late != "no MathJax on this page":
             problems["tex"].append(late)
-        page.wait_for_timeout(100)  # let scripts that run after load report their errors
+        page.wait_for_timeout(100)  # scripts that run after load report their errors
         problems["tex"] += page.evaluate(_RAW_TEX)
         problems["image"] += page.evaluate(_BROKEN_IMAGES)
         problems["exercise"] += page.evaluate(_EXERCISES)
@@ -246,13 +284,14 @@ def check_page(context, url: str, shot: Path | None) -> dict:
             "wrapped_output_lines": measured.get("wrapped_output_lines", 0)}
 
 
-def run(site: Path, out: Path, only: str | None = None, screenshots: bool = True) -> dict:
-    """Check every page of `site`; return {page: result}. Raises RuntimeError without Chromium."""
+def run(site: Path, out: Path, only: str | None = None,
+        screenshots: bool = True) -> dict:
+    """Check every page of `site`: {page: result}. RuntimeError without Chromium."""
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()
     if exe is None:
-        raise RuntimeError("Chromium is not installed: `sudo apt-get install chromium` (Debian/Ubuntu)")
+        raise RuntimeError(f"Chromium is not installed ({INSTALL})")
     pages = [p for p in site_pages(site) if only is None or only in p]
     if screenshots and only is None and out.is_dir():
         for old in out.glob("*.png"):  # no stale screenshot of a page that is gone
@@ -261,17 +300,19 @@ def run(site: Path, out: Path, only: str | None = None, screenshots: bool = True
     results = {}
     try:
         with sync_playwright() as pw:
+            # a 1280 px window with a real scrollbar, as a desktop browser shows it
             browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"],
-                                        # a 1280 px window with a real scrollbar, as on a desktop
-                                        ignore_default_args=["--hide-scrollbars"])
+                                         ignore_default_args=["--hide-scrollbars"])
             context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
-            context.add_init_script("localStorage.clear()")  # every page as on a first visit
-            # the site must work offline: refuse every request that leaves the local server
-            context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
+            # every page as on a first visit (the theme keeps settings in localStorage)
+            context.add_init_script("localStorage.clear()")
+            # the site must work offline: refuse every request that leaves 127.0.0.1
+            context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda r: r.abort())
             for rel in pages:
-                shot = out / (rel.removesuffix(".html").replace("/", "__") + ".png") if screenshots else None
+                name = rel.removesuffix(".html").replace("/", "__") + ".png"
                 t0 = time.perf_counter()
-                results[rel] = check_page(context, base + rel, shot)
+                results[rel] = check_page(context, base + rel,
+                                          out / name if screenshots else None)
                 results[rel]["seconds"] = round(time.perf_counter() - t0, 1)
             browser.close()
     finally:
@@ -280,56 +321,64 @@ def run(site: Path, out: Path, only: str | None = None, screenshots: bool = True
 
 
 def report(results: dict, out: Path, seconds: float, verbose: bool = False) -> int:
-    """Print the per-page list and the counts; write report.json; return the number of problems."""
-    total = 0
+    """Print the per-page list and counts, write report.json; return the problems."""
     for rel, r in results.items():
         found = {k: v for k, v in r["problems"].items() if v}
         if not found:
             continue
-        print(f"\n{rel}  (text column {r['column_px']} px, {r['code_chars']} code characters)")
+        print(f"\n{rel}  (text column {r['column_px']} px, "
+              f"{r['code_chars']} code characters)")
         for k, items in found.items():
             print(f"  {CATEGORIES[k]}: {len(items)}")
             shown = items if verbose else items[:SHOWN_PER_CATEGORY]
             for item in shown:
                 print(f"    - {item}")
             if len(items) > len(shown):
-                print(f"    ... and {len(items) - len(shown)} more (all in {out / 'report.json'})")
-    counts = {k: sum(len(r["problems"][k]) for r in results.values()) for k in CATEGORIES}
-    pages_hit = {k: sum(bool(r["problems"][k]) for r in results.values()) for k in CATEGORIES}
+                print(f"    ... and {len(items) - len(shown)} more "
+                      f"(all in {out / 'report.json'})")
+    counts = {k: sum(len(r["problems"][k]) for r in results.values())
+              for k in CATEGORIES}
+    hit = {k: sum(bool(r["problems"][k]) for r in results.values()) for k in CATEGORIES}
     total = sum(counts.values())
     failing = sum(any(r["problems"].values()) for r in results.values())
     print(f"\n{'':30} {'pages':>6} {'problems':>9}")
     for k, label in CATEGORIES.items():
-        print(f"{label:30} {pages_hit[k]:>6} {counts[k]:>9}")
-    print(f"{'total':30} {failing:>6} {total:>9}   ({len(results)} pages checked in {seconds:.0f} s)")
+        print(f"{label:30} {hit[k]:>6} {counts[k]:>9}")
+    print(f"{'total':30} {failing:>6} {total:>9}   "
+          f"({len(results)} pages checked in {seconds:.0f} s)")
     wrapped = sum(r["wrapped_output_lines"] for r in results.values())
     if wrapped:
-        print(f"note (not a failure): {wrapped} printed output lines are wider than the column "
-              "and wrap, as in Jupyter")
-    columns = sorted({(r["column_px"], r["code_chars"]) for r in results.values() if r["column_px"]})
+        print(f"note (not a failure): {wrapped} printed output lines are wider than "
+              "the column and wrap, as in Jupyter")
+    columns = sorted({(r["column_px"], r["code_chars"]) for r in results.values()
+                      if r["column_px"] and r["code_chars"]})
     if columns:
-        print("text column at 1280 px: " + ", ".join(f"{px} px = {ch} code characters" for px, ch in columns))
+        print(f"text column at {WIDTH} px: "
+              + ", ".join(f"{px} px = {ch} code characters" for px, ch in columns))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(
-        {"counts": counts, "pages_with_problems": pages_hit, "pages": results}, indent=1, ensure_ascii=False),
-        encoding="utf-8")
+        {"counts": counts, "pages_with_problems": hit, "pages": results},
+        indent=1, ensure_ascii=False), encoding="utf-8")
     return total
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--site", type=Path, default=None, help="a built site (default: build _build/html)")
-    parser.add_argument("--no-build", action="store_true", help="check _build/html as it is")
+    parser.add_argument("--site", type=Path, default=None,
+                        help="a built site (default: build, then check _build/html)")
+    parser.add_argument("--no-build", action="store_true",
+                        help="check _build/html as it is")
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "site-check",
                         help="screenshots and report.json (default: _build/site-check)")
-    parser.add_argument("--page", default=None, help="only pages whose path contains this")
+    parser.add_argument("--page", default=None,
+                        help="only pages whose path contains this")
     parser.add_argument("--no-screenshots", action="store_true")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every problem")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every problem")
     args = parser.parse_args(argv)
 
     if chromium_path() is None:
-        print("site check: Chromium is not installed (Debian/Ubuntu: `sudo apt-get install chromium`)",
-              file=sys.stderr)
+        print(f"site check: Chromium is not installed ({INSTALL})", file=sys.stderr)
         return 2
     site = args.site
     if site is None:
@@ -341,11 +390,13 @@ def main(argv: list[str] | None = None) -> int:
             if build_book.main([]) != 0:
                 return 1
     start = time.perf_counter()
-    results = run(site.resolve(), args.out, args.page, screenshots=not args.no_screenshots)
+    results = run(site.resolve(), args.out, args.page,
+                  screenshots=not args.no_screenshots)
     total = report(results, args.out, time.perf_counter() - start, args.verbose)
     print(f"screenshots and report.json: {args.out}")
     if total:
-        print(f"site check FAILED: {total} problems on {sum(any(r['problems'].values()) for r in results.values())} pages")
+        failing = sum(any(r["problems"].values()) for r in results.values())
+        print(f"site check FAILED: {total} problems on {failing} pages")
         return 1
     print("site check passed")
     return 0

@@ -1,7 +1,7 @@
-"""The built site in a real browser: scripts/site_check.py (= `make site-check`) opens every
-page in headless Chromium at 1280 px and fails on JavaScript errors, raw TeX, broken images,
-code, tables or equations wider than the text column, and exercise numbers that differ from
-their checkers'. Without Debian's chromium the test is skipped, and says so."""
+"""The built site in a real browser: scripts/site_check.py (= `make site-check`) opens
+every page in headless Chromium at 1280 px and fails on JavaScript errors, raw TeX, broken
+images, code, tables or equations wider than the text column, and exercise numbers that
+differ from their checkers'. Without Debian's chromium both tests skip and say so."""
 from __future__ import annotations
 
 import subprocess
@@ -14,27 +14,32 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.book
 
+NO_CHROMIUM = ("site check not run: Chromium is missing; install Debian's chromium "
+               "(`sudo apt-get install chromium`) to check the site in a browser")
+
 
 def test_every_page_passes_the_site_check_in_chromium():
     if site_check.chromium_path() is None:
-        pytest.skip("site check not run: Chromium is missing; install Debian's chromium "
-                    "(`sudo apt-get install chromium`) to check the site in a browser")
-    # a subprocess: Playwright's sync API must not share a process with other event loops
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "site_check.py")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+        pytest.skip(NO_CHROMIUM)
+    # exactly what `make site-check` runs: build the site, check every page
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "site_check.py")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}"
 
 
-BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title></head><body>
+BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title>
+</head><body>
 <article class="bd-article" style="width: 600px; padding: 0 20px">
 <p>Inline math that was never typeset: \\(x^2\\) and \\[y\\].</p>
 <img src="missing.png" alt="a figure that is not there">
 <div class="highlight"><pre>{long_line}</pre></div>
 <table><tr><td style="white-space: nowrap">{long_line}</td></tr></table>
 <div class="math" style="white-space: nowrap">{long_line}</div>
-<div class="exercise admonition"><p class="admonition-title">Exercise 3.1 (Rotate)</p></div>
+<div class="exercise admonition">
+  <p class="admonition-title">Exercise 3.1 (Rotate)</p></div>
 <div class="cell_output"><pre>✏️ Exercise 3.2 (rotate_pair): not attempted.</pre></div>
-<div class="exercise admonition"><p class="admonition-title">Exercise 3.2 (Fine)</p></div>
+<div class="exercise admonition">
+  <p class="admonition-title">Exercise 3.2 (Fine)</p></div>
 <div class="cell_output"><pre>✏️ Exercise 3.2 (rms_norm): not attempted.</pre></div>
 </article>
 <script>console.error("boom"); undefined_function();</script>
@@ -44,13 +49,17 @@ BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title
 
 def test_the_site_check_finds_each_kind_of_problem(tmp_path):
     if site_check.chromium_path() is None:
-        pytest.skip("Chromium is missing; install Debian's chromium (`sudo apt-get install chromium`)")
-    (tmp_path / "page.html").write_text(BAD_PAGE.format(long_line="x" * 300), encoding="utf-8")
-    results = site_check.run(tmp_path, tmp_path / "out", screenshots=False)
-    found = results["page.html"]["problems"]
-    js = "\n".join(found["js"])
-    assert "boom" in js and "undefined_function is not defined" in js  # console.error, uncaught
-    assert "404" in js and "ERR_FAILED" in js  # the missing image; no request leaves 127.0.0.1
-    assert len(found["tex"]) == 2 and len(found["image"]) == 1
-    assert len(found["code"]) == len(found["table"]) == len(found["math"]) == 1
-    assert found["exercise"] == ['"Exercise 3.1 (Rotate)" is numbered 3.1, its checker prints 3.2']
+        pytest.skip(NO_CHROMIUM)
+    page = BAD_PAGE.format(long_line="x" * 300)
+    (tmp_path / "page.html").write_text(page, encoding="utf-8")
+    found = site_check.run(tmp_path, tmp_path / "out", screenshots=False)["page.html"]
+    problems = found["problems"]
+    js = "\n".join(problems["js"])
+    assert "boom" in js  # console.error
+    assert "undefined_function is not defined" in js  # an uncaught exception
+    assert "404" in js  # the missing image
+    assert "ERR_FAILED" in js  # the other host's script: no request leaves 127.0.0.1
+    assert len(problems["tex"]) == 2 and len(problems["image"]) == 1
+    assert len(problems["code"]) == len(problems["table"]) == len(problems["math"]) == 1
+    assert problems["exercise"] == [
+        '"Exercise 3.1 (Rotate)" is numbered 3.1, its checker prints 3.2']
