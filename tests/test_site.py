@@ -1,7 +1,8 @@
 """The built site in a real browser: scripts/site_check.py (= `make site-check`) opens
-every page in headless Chromium at 1280 px and fails on JavaScript errors, raw TeX, broken
-images, code, tables or equations wider than the text column, and exercise numbers that
-differ from their checkers'. Without Debian's chromium both tests skip and say so."""
+every page in headless Chromium at 1280 px and fails on JavaScript errors, raw TeX,
+broken images, code, tables or equations wider than the text column, and exercise
+numbers that differ from their checkers'. Without Debian's chromium both tests skip and
+say so."""
 from __future__ import annotations
 
 import subprocess
@@ -37,10 +38,10 @@ BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title
 <div class="math" style="white-space: nowrap">{long_line}</div>
 <div class="exercise admonition">
   <p class="admonition-title">Exercise 3.1 (Rotate)</p></div>
-<div class="cell_output"><pre>✏️ Exercise 3.2 (rotate_pair): not attempted.</pre></div>
+<div class="cell_output"><pre>✏️ Exercise 3.2 (rotate): not attempted.</pre></div>
 <div class="exercise admonition">
   <p class="admonition-title">Exercise 3.2 (Fine)</p></div>
-<div class="cell_output"><pre>✏️ Exercise 3.2 (rms_norm): not attempted.</pre></div>
+<div class="cell_output"><pre>✏️ Exercise 3.2 (norm): not attempted.</pre></div>
 </article>
 <script>console.error("boom"); undefined_function();</script>
 <script src="https://cdn.example.org/needs-the-network.js"></script>
