@@ -133,6 +133,12 @@ _EXPAND_HIDDEN = """() => {
   for (const d of document.querySelectorAll('details')) d.open = true;
 }"""
 
+# Fonts loaded and two frames drawn: measure the layout a reader sees.
+_SETTLE = """async () => {
+  await document.fonts.ready;
+  for (let i = 0; i < 2; i++) await new Promise(r => requestAnimationFrame(r));
+}"""
+
 # A code block, table or display equation overflows when its content is wider than its
 # own visible box (scrollWidth > clientWidth: it scrolls sideways or spills out) or when
 # its box sticks out of the article's text column. A deliberate scroll box counts too.
@@ -274,7 +280,11 @@ def check_page(context, url: str, shot: Path | None) -> dict:
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)
         page.evaluate(_EXPAND_HIDDEN)
+        page.evaluate(_SETTLE)
         measured = page.evaluate(_OVERFLOW)
+        if measured["problems"]:  # measure again once the layout has surely settled
+            page.wait_for_timeout(500)
+            measured = page.evaluate(_OVERFLOW)
         for p in measured["problems"]:
             problems[p["kind"]].append(p["text"])
     finally:
