@@ -47,9 +47,9 @@ def causal_mask(q_len: int, kv_len: int, device=None) -> torch.Tensor:
     """Boolean (q_len, kv_len) mask, True where a query may look: the last q_len of
     kv_len tokens are queries."""
     offset = kv_len - q_len
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(
-        diagonal=offset
-    )
+    return torch.ones(
+        q_len, kv_len, dtype=torch.bool, device=device
+    ).tril(diagonal=offset)
 
 
 def build_attention_mask(
@@ -253,9 +253,9 @@ class Attention(nn.Module):
                 or attention_mask.shape[1] > kv_len
             ):
                 raise ValueError("attention_mask has shape "
-                                 f"{tuple(attention_mask.shape)}; expected "
-                                 f"(batch={b}, at most {kv_len}) covering "
-                                 "every key (cached + new tokens)")
+                                 f"{tuple(attention_mask.shape)}; expected (batch={b}, "
+                                 f"at most {kv_len}) covering every key "
+                                 "(cached + new tokens)")
             attention_mask = F.pad(
                 attention_mask, (0, kv_len - attention_mask.shape[1]), value=1
             )

@@ -182,8 +182,8 @@ class JsonConstraint:
         continue valid JSON."""
         after = json_state(token_bytes, state)
         if after is None:
-            raise ValueError(f"token bytes {token_bytes!r} do not "
-                             "continue valid JSON from this state")
+            raise ValueError(f"token bytes {token_bytes!r} do not continue valid "
+                             "JSON from this state")
         return after
 
     def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:

@@ -58,8 +58,8 @@ def rope_from_hf(hf: dict) -> tuple[float, dict | None]:
         if "rope_theta" not in params and any(
             isinstance(v, dict) for v in params.values()
         ):
-            raise ValueError("per-layer-type rope_parameters "
-                             "are not supported by llmcore")
+            raise ValueError("per-layer-type rope_parameters are not "
+                             "supported by llmcore")
         theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
         scaling = {k: v for k, v in params.items() if k != "rope_theta"}
     else:
@@ -93,11 +93,11 @@ def config_from_hf(hf: dict, **overrides) -> ModelConfig:
     family = model_family(hf)
     missing = [key for key in REQUIRED_KEYS if key not in hf]
     if missing:
-        raise ValueError(f"config.json lacks {missing}; is "
-                         f"it a {family} model's config?")
+        raise ValueError(f"config.json lacks {missing}; is it a "
+                         f"{family} model's config?")
     if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={hf['hidden_act']!r}: "
-                         "llmcore's MLP is SwiGLU and needs 'silu'")
+        raise ValueError(f"hidden_act={hf['hidden_act']!r}: llmcore's MLP is "
+                         "SwiGLU and needs 'silu'")
     sliding_window = hf.get("sliding_window") if family == "mistral" else None
     if family in ("qwen2", "qwen3") and hf.get("use_sliding_window"):
         raise ValueError(f"{family} with use_sliding_window=true is not supported; "
@@ -164,8 +164,8 @@ def safetensors_files(directory: Path) -> list[Path]:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         missing = [s for s in shards if not (directory / s).exists()]
         if missing:
-            raise FileNotFoundError(f"{index} lists shards that are "
-                                    f"not in {directory}: {missing}")
+            raise FileNotFoundError(f"{index} lists shards that are not in "
+                                    f"{directory}: {missing}")
         return [directory / s for s in shards]
     if (directory / "model.safetensors").exists():
         return [directory / "model.safetensors"]
@@ -193,17 +193,17 @@ def checkpoint_dir(path_or_id: str | Path) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise NotADirectoryError(f"{path} is a file; pass the "
-                                 "directory that holds config.json")
+        raise NotADirectoryError(f"{path} is a file; pass the directory "
+                                 "that holds config.json")
     if not HUB_ID.match(str(path_or_id)):
         raise FileNotFoundError(f"no checkpoint directory at {path}")
     try:
         # optional dependency, needed only for downloads
         from huggingface_hub import snapshot_download
     except ImportError as err:
-        raise ImportError(f"{path_or_id!r} is not a local directory; "
-                          "to fetch it from the Hub, pip install "
-                          "huggingface_hub (or pass a local directory)") from err
+        raise ImportError(f"{path_or_id!r} is not a local directory; to fetch it from "
+                          "the Hub, pip install huggingface_hub (or "
+                          "pass a local directory)") from err
     try:
         return Path(
             snapshot_download(
@@ -213,10 +213,10 @@ def checkpoint_dir(path_or_id: str | Path) -> Path:
     # offline, unknown repo, gated repo, ...: say so, keep the cause chained
     except Exception as err:
         raise OSError(
-            f"{path_or_id!r} is not a local directory and "
-            "downloading it from the Hugging Face Hub failed "
-            f"({type(err).__name__}: {err}). If you are offline, "
-            "copy the checkpoint here and pass its directory."
+            f"{path_or_id!r} is not a local directory and downloading it "
+            f"from the Hugging Face Hub failed ({type(err).__name__}: "
+            f"{err}). If you are offline, copy the checkpoint here "
+            "and pass its directory."
         ) from err
 
 
@@ -280,11 +280,9 @@ def load_pretrained(
     missing = sorted(k for k in expected if state.get(k) is None)
     extra = sorted(set(state) - expected)
     if missing or extra:
-        hint = (
-            " (no lm_head.weight: should config.json say tie_word_embeddings: true?)"
-            if missing == ["lm_head.weight"]
-            else ""
-        )
+        hint = (" (no lm_head.weight: should config.json say "
+                "tie_word_embeddings: true?)") \
+            if missing == ["lm_head.weight"] else ""
         raise ValueError("checkpoint does not match config.json: missing "
                          f"{missing[:5]}, unexpected {extra[:5]}{hint}")
     model.load_state_dict(state, strict=True, assign=True)

@@ -66,8 +66,8 @@ class ModelConfig:
             "max_position_embeddings",
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive "
-                                 f"int, got {getattr(self, name)!r}")
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got "
+                                 f"{getattr(self, name)!r}")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
@@ -80,14 +80,14 @@ class ModelConfig:
                                  f"n_heads={self.n_heads}; set head_dim explicitly")
             self.head_dim = self.dim // self.n_heads
         if self.head_dim <= 0 or self.head_dim % 2:
-            raise ValueError("head_dim must be a positive even "
-                             f"number for RoPE, got {self.head_dim}")
+            raise ValueError("head_dim must be a positive even number for "
+                             f"RoPE, got {self.head_dim}")
         if self.norm_eps <= 0 or self.rope_theta <= 0:
             raise ValueError("norm_eps and rope_theta must be > 0, got "
                              f"{self.norm_eps} and {self.rope_theta}")
         if self.sliding_window is not None and self.sliding_window <= 0:
-            raise ValueError("sliding_window must be a positive int "
-                             f"or None, got {self.sliding_window}")
+            raise ValueError("sliding_window must be a positive int or None, got "
+                             f"{self.sliding_window}")
         if self.attn_impl not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(f"attn_impl={self.attn_impl!r}; choose one of "
                              f"{sorted(ATTENTION_IMPLEMENTATIONS)}")

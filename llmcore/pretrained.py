@@ -208,9 +208,9 @@ def train(
                 model.train()
             curve.append(point)
             held = f"  held-out {point['heldout']:.3f}" if "heldout" in point else ""
-            log(f"step {step:5d}/{recipe.steps}  loss "
-                f"{loss.item():.3f}  lr {lr_at(step, recipe):.2e}  "
-                f"{tok_s:,.0f} tok/s  {elapsed / 60:.1f} min{held}")
+            log(f"step {step:5d}/{recipe.steps}  loss {loss.item():.3f}  lr "
+                f"{lr_at(step, recipe):.2e}  {tok_s:,.0f} tok/s  "
+                f"{elapsed / 60:.1f} min{held}")
     return model.eval(), curve, time.perf_counter() - start
 
 
@@ -300,8 +300,8 @@ def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
     """A LlamaForCausalLM config.json for `cfg` (GQA, tied embeddings,
     no RoPE scaling)."""
     if cfg.qk_norm or cfg.attention_bias or cfg.rope_scaling or cfg.sliding_window:
-        raise ValueError("save_pretrained writes plain Llama "
-                         "checkpoints; this config uses other features")
+        raise ValueError("save_pretrained writes plain Llama checkpoints; this "
+                         "config uses other features")
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -367,9 +367,9 @@ def _resolve(name_or_path: str | Path) -> Path:
     try:
         return checkpoint_dir(name_or_path)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled "
-                                f"model {list(BUNDLED)} nor a checkpoint "
-                                "directory (nor a Hub id like 'org/name')") from err
+        raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled model "
+                                f"{list(BUNDLED)} nor a checkpoint directory (nor a "
+                                "Hub id like 'org/name')") from err
 
 
 def load_tokenizer(name_or_path: str | Path) -> Tokenizer:

@@ -30,8 +30,8 @@ def _itemsize(dtype: torch.dtype | int) -> int:
         return dtype.itemsize
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype > 0:
         return dtype
-    raise TypeError("dtype must be a torch.dtype or a "
-                    f"positive number of bytes, got {dtype!r}")
+    raise TypeError("dtype must be a torch.dtype or a positive number of "
+                    f"bytes, got {dtype!r}")
 
 
 def matmul_weights(cfg: ModelConfig) -> int:
@@ -111,8 +111,8 @@ def forward_cost(
     needs only the last one, which makes lm_head's share of prefill negligible (False).
     """
     if n_new < 1 or context_len < 0 or batch < 1:
-        raise ValueError("need n_new >= 1, context_len >= 0, batch "
-                         f">= 1; got {n_new}, {context_len}, {batch}")
+        raise ValueError(f"need n_new >= 1, context_len >= 0, batch >= 1; got {n_new}, "
+                         f"{context_len}, {batch}")
     lm_head = cfg.vocab_size * cfg.dim
     body = matmul_weights(cfg) - lm_head
     logit_rows = n_new if all_logits else 1

@@ -132,8 +132,8 @@ class SamplingParams:
                     and ids(list(v))
                     and all(map(_is_real, v.values()))
                 ),
-                "a dict {token id >= 0: finite bias} "
-                "(ban a token with a bias like -100)",
+                "a dict {token id >= 0: finite bias} (ban a token "
+                "with a bias like -100)",
             ),
             (
                 "seed",
@@ -163,8 +163,8 @@ class SamplingParams:
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):
-                raise ValueError(f"SamplingParams.{name} must be "
-                                 f"{allowed}, got {getattr(self, name)!r}")
+                raise ValueError(f"SamplingParams.{name} must be {allowed}, got "
+                                 f"{getattr(self, name)!r}")
 
 
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
@@ -196,15 +196,15 @@ def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: i
     if truncate:
         return room
     if n_prompt_tokens >= context_window:
-        raise ValueError(f"prompt ({n_prompt_tokens} tokens) does not fit the "
-                         f"context window ({context_window}) with "
-                         f"max_tokens={max_tokens}; shorten it to {room} "
-                         f"tokens or pass truncate=True to keep its last {room}")
-    raise ValueError(f"prompt ({n_prompt_tokens} tokens) + max_tokens "
-                     f"({max_tokens}) exceeds the context window "
-                     f"({context_window}); lower max_tokens to at most "
-                     f"{context_window - n_prompt_tokens}, shorten the prompt to "
-                     f"{room} tokens, or pass truncate=True to keep its last {room}")
+        raise ValueError(f"prompt ({n_prompt_tokens} tokens) does not fit the context "
+                         f"window ({context_window}) with max_tokens={max_tokens}; "
+                         f"shorten it to {room} tokens or pass truncate=True to "
+                         f"keep its last {room}")
+    raise ValueError(f"prompt ({n_prompt_tokens} tokens) + max_tokens ({max_tokens}) "
+                     f"exceeds the context window ({context_window}); lower max_tokens "
+                     f"to at most {context_window - n_prompt_tokens}, shorten the "
+                     f"prompt to {room} tokens, or pass truncate=True to "
+                     f"keep its last {room}")
 
 
 # %% chapters/07_sampling.ipynb § Logits processors: one transform each
@@ -222,9 +222,9 @@ def _per_row(value, logits: torch.Tensor, dtype=None) -> torch.Tensor:
     if t.dim() == 0:
         return t.view(*[1] * logits.dim())
     if t.dim() != 1 or logits.dim() != 2 or len(t) != logits.shape[0]:
-        raise ValueError(f"per-row parameter has shape {tuple(t.shape)}; "
-                         f"expected a scalar or ({logits.shape[0]},) for "
-                         f"logits of shape {tuple(logits.shape)}")
+        raise ValueError(f"per-row parameter has shape {tuple(t.shape)}; expected a "
+                         f"scalar or ({logits.shape[0]},) for logits of shape "
+                         f"{tuple(logits.shape)}")
     return t.unsqueeze(-1)
 
 
@@ -427,8 +427,8 @@ class Sampler:
             penalties.append(RepetitionPenalty(column("repetition_penalty"), seen))
         if any(p.presence_penalty or p.frequency_penalty for p in params):
             if output_ids is None:
-                raise ValueError("presence/frequency penalties need "
-                                 "the generated tokens: pass output_ids")
+                raise ValueError("presence/frequency penalties need the generated "
+                                 "tokens: pass output_ids")
             penalties.append(
                 PresenceFrequencyPenalty(
                     column("presence_penalty"),
@@ -474,24 +474,24 @@ class Sampler:
         only for the penalties.
         """
         if logits.dim() != 2:
-            raise ValueError("logits must be (batch, vocab), "
-                             f"got shape {tuple(logits.shape)}")
+            raise ValueError("logits must be (batch, vocab), got shape "
+                             f"{tuple(logits.shape)}")
         batch, vocab = logits.shape
         generators = [None] * batch if generators is None else list(generators)
         for name, value in (("params", params), ("generators", generators),
                             ("prompt_ids", prompt_ids), ("output_ids", output_ids)):
             if value is not None and len(value) != batch:
-                raise ValueError(f"{name} has {len(value)} entries "
-                                 f"for {batch} rows of logits")
+                raise ValueError(f"{name} has {len(value)} entries for "
+                                 f"{batch} rows of logits")
         for p in {id(p): p for p in params}.values():
             # each distinct object once; catches fields edited after construction
             p.validate()
         for row, (p, g) in enumerate(zip(params, generators)):
             if p.seed is not None and g is None and not p.greedy:
-                raise ValueError(f"row {row} has seed={p.seed} but no "
-                                 "generator; create one per request "
-                                 "with make_generator(params.seed, "
-                                 "device) and pass it at every step")
+                raise ValueError(f"row {row} has seed={p.seed} but no generator; "
+                                 "create one per request with "
+                                 "make_generator(params.seed, device) and "
+                                 "pass it at every step")
 
         penalties, warpers = self.processors(
             params, vocab, logits.device, prompt_ids, output_ids
