@@ -3,13 +3,15 @@
 
 
 # %% chapters/06_kv_cache.ipynb § Decoding without a cache
-"""The KV cache: what it costs to decode without one, how big it is, and a contiguous cache.
+"""The KV cache: what it costs to decode without one, how big it is,
+and a contiguous cache.
 
-Every cache implements the model's contract (llmcore.attention): `update(layer_idx, positions,
-k, v)` stores keys and values of shape (batch, n_kv_heads, new_tokens, head_dim) at their
-positions and returns those of every position so far, slot j holding position j.
-Greedy generation is here in two forms: recomputing the whole sequence at every step, and
-prefill + decode steps through any such cache; both give the same tokens.
+Every cache implements the model's contract (llmcore.attention): `update(layer_idx,
+positions, k, v)` stores keys and values of shape (batch, n_kv_heads, new_tokens,
+head_dim) at their positions and returns those of every position so far, slot j holding
+position j. Greedy generation is here in two forms: recomputing the whole sequence at
+every step, and prefill + decode steps through any such cache; both give the same
+tokens.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from llmcore.profile import kv_bytes_per_token, parameter_count
 
 
 @torch.inference_mode()
-def greedy_generate_uncached(model, prompt_ids: torch.Tensor, max_tokens: int) -> torch.Tensor:
+def greedy_generate_uncached(
+    model, prompt_ids: torch.Tensor, max_tokens: int
+) -> torch.Tensor:
     """Greedy decoding that runs the whole sequence through the model at every step.
 
     prompt_ids: (batch, prompt_len). Returns the (batch, max_tokens) new token ids.
@@ -37,25 +41,37 @@ def greedy_generate_uncached(model, prompt_ids: torch.Tensor, max_tokens: int) -
 
 
 # %% chapters/06_kv_cache.ipynb § How big the cache is
-def kv_cache_bytes(cfg: ModelConfig, seq_len: int, batch: int = 1, dtype: torch.dtype | int = torch.bfloat16) -> int:
+def kv_cache_bytes(
+    cfg: ModelConfig,
+    seq_len: int,
+    batch: int = 1,
+    dtype: torch.dtype | int = torch.bfloat16,
+) -> int:
     """Bytes of KV cache for `batch` sequences of `seq_len` tokens:
     2 (K and V) x layers x kv heads x head dim x tokens x bytes per value."""
     return batch * seq_len * kv_bytes_per_token(cfg, dtype)
 
 
-def max_concurrent_sequences(cfg: ModelConfig, context_len: int, memory_bytes: float,
-                             dtype: torch.dtype | int = torch.bfloat16,
-                             weight_dtype: torch.dtype | int | None = None, utilization: float = 0.9) -> int:
+def max_concurrent_sequences(
+    cfg: ModelConfig,
+    context_len: int,
+    memory_bytes: float,
+    dtype: torch.dtype | int = torch.bfloat16,
+    weight_dtype: torch.dtype | int | None = None,
+    utilization: float = 0.9,
+) -> int:
     """How many sequences of `context_len` tokens fit in the KV cache of one device.
 
-    The budget is `utilization` of the device memory (vLLM's default is 0.9; the rest is for
-    activations and the runtime) minus the weights (in `weight_dtype`, default `dtype`).
+    The budget is `utilization` of the device memory (vLLM's default is 0.9; the rest is
+    for activations and the runtime) minus the weights (in `weight_dtype`, default
+    `dtype`).
     """
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
     weight_dtype = dtype if weight_dtype is None else weight_dtype
-    weight_bytes = parameter_count(cfg) * (weight_dtype.itemsize if isinstance(weight_dtype, torch.dtype)
-                                           else weight_dtype)
+    weight_bytes = parameter_count(cfg) * (
+        weight_dtype.itemsize if isinstance(weight_dtype, torch.dtype) else weight_dtype
+    )
     budget = memory_bytes * utilization - weight_bytes
     return max(0, int(budget // kv_cache_bytes(cfg, context_len, 1, dtype)))
 
@@ -65,13 +81,17 @@ class KVCache:
     """A preallocated cache: for each layer, keys and values of shape
     (batch, n_kv_heads, max_len, head_dim), and position j is written to slot j.
 
-    Nothing is appended or reallocated while decoding: a step writes its new keys and values into
-    their slots and hands attention a view of slots 0 .. (last position written in this step).
+    Nothing is appended or reallocated while decoding: a step writes its new keys and
+    values into their slots and hands attention a view of slots 0 .. (last position
+    written in this step).
     """
 
-    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None):
+    def __init__(
+        self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None
+    ):
         if batch_size < 1 or max_len < 1:
-            raise ValueError(f"batch_size and max_len must be >= 1, got {batch_size} and {max_len}")
+            raise ValueError("batch_size and max_len must be >= 1, "
+                             f"got {batch_size} and {max_len}")
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         shape = (cfg.n_layers, batch_size, cfg.n_kv_heads, max_len, cfg.head_dim)
@@ -79,21 +99,27 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.batch_size, self.max_len = batch_size, max_len
         # Set by begin_forward for the pass in progress, read by every layer's update:
-        self._shared: torch.Tensor | None = None  # the positions every row writes, if shared
-        self._end = 0  # attention reads slots 0 .. _end - 1; 0 = no pass has begun
+        # the positions every row writes, if shared
+        self._shared: torch.Tensor | None = None
+        # attention reads slots 0 .. _end - 1; 0 = no pass has begun
+        self._end = 0
 
     @property
     def nbytes(self) -> int:
         """Bytes allocated for keys and values."""
         return self.k.nbytes + self.v.nbytes
 
-    def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        """Write k, v (batch, n_kv_heads, seq, head_dim) at `positions` (batch, seq); return all keys and
-        values up to the last position written, shape (batch, n_kv_heads, that + 1, head_dim)."""
+    def update(
+        self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ):
+        """Write k, v (batch, n_kv_heads, seq, head_dim) at `positions` (batch, seq);
+        return all keys and values up to the last position written, shape (batch,
+        n_kv_heads, that + 1, head_dim)."""
         if self._end == 0:
-            raise RuntimeError("KVCache.update() before begin_forward(positions): the model "
-                               "starts every forward pass with begin_forward")
-        if self._shared is not None:  # every row writes the same positions: one indexed copy
+            raise RuntimeError("KVCache.update() before begin_forward(positions): the "
+                               "model starts every forward pass with begin_forward")
+        # every row writes the same positions: one indexed copy
+        if self._shared is not None:
             self.k[layer_idx].index_copy_(2, self._shared, k)
             self.v[layer_idx].index_copy_(2, self._shared, v)
         else:
@@ -103,12 +129,14 @@ class KVCache:
         return self.k[layer_idx, :, :, :self._end], self.v[layer_idx, :, :, :self._end]
 
     def begin_forward(self, positions: torch.Tensor) -> None:
-        """A forward pass starts that writes at `positions` (batch, seq) in every layer: check
-        that they fit and remember, once for all layers, where they go and what to read."""
+        """A forward pass starts that writes at `positions` (batch, seq) in every layer:
+        check that they fit and remember, once for all layers, where they go
+        and what to read."""
         batch = positions.shape[0]
         if batch != self.batch_size:
-            raise ValueError(f"this KVCache holds {self.batch_size} sequences but the model was called "
-                             f"with a batch of {batch}; create one cache per batch shape")
+            raise ValueError(f"this KVCache holds {self.batch_size} sequences "
+                             "but the model was called with a batch of "
+                             f"{batch}; create one cache per batch shape")
         low, high = int(positions.min()), int(positions.max())
         self.check_positions(low, high)
         same = positions.shape[0] == 1 or bool((positions == positions[:1]).all())
@@ -116,29 +144,38 @@ class KVCache:
         self._end = high + 1
 
     def check_positions(self, low: int, high: int) -> None:
-        """Raise ValueError unless positions low .. high all have a slot in this cache."""
+        """Raise ValueError unless positions low .. high all have a
+        slot in this cache."""
         if low < 0 or high >= self.max_len:
-            raise ValueError(f"position {high if high >= self.max_len else low} does not fit in a KVCache "
-                             f"with max_len={self.max_len}; allocate max_len >= prompt + new tokens")
+            raise ValueError(f"position {high if high >= self.max_len else low} does "
+                             f"not fit in a KVCache with max_len={self.max_len}; "
+                             "allocate max_len >= prompt + new tokens")
 
     def reset(self) -> None:
-        """Forget what was written (the slots are simply overwritten by the next sequence)."""
+        """Forget what was written (the slots are simply overwritten by
+        the next sequence)."""
         self._shared, self._end = None, 0
 
 
 # %% chapters/06_kv_cache.ipynb § Prefill and decode through the cache
 @torch.inference_mode()
-def prefill(model, input_ids: torch.Tensor, kv_cache, start_pos: int = 0) -> torch.Tensor:
-    """Run `input_ids` (batch, n) at positions start_pos .. start_pos + n - 1 in one forward pass,
-    storing their keys and values in `kv_cache`; return the last position's logits (batch, vocab)."""
-    positions = torch.arange(start_pos, start_pos + input_ids.shape[1], device=input_ids.device)
+def prefill(
+    model, input_ids: torch.Tensor, kv_cache, start_pos: int = 0
+) -> torch.Tensor:
+    """Run `input_ids` (batch, n) at positions start_pos .. start_pos + n - 1 in one
+    forward pass, storing their keys and values in `kv_cache`; return the last
+    position's logits (batch, vocab)."""
+    positions = torch.arange(
+        start_pos, start_pos + input_ids.shape[1], device=input_ids.device
+    )
     return model(input_ids, positions=positions, kv_cache=kv_cache)[:, -1]
 
 
 @torch.inference_mode()
 def decode_step(model, tokens: torch.Tensor, kv_cache, position: int) -> torch.Tensor:
-    """One token per sequence (`tokens`: (batch,)) at `position`: a forward pass of length 1 that
-    reads every earlier key and value from the cache; return its logits (batch, vocab)."""
+    """One token per sequence (`tokens`: (batch,)) at `position`: a forward pass of
+    length 1 that reads every earlier key and value from the cache; return its
+    logits (batch, vocab)."""
     positions = torch.tensor([position], device=tokens.device)
     return model(tokens[:, None], positions=positions, kv_cache=kv_cache)[:, -1]
 
@@ -146,19 +183,24 @@ def decode_step(model, tokens: torch.Tensor, kv_cache, position: int) -> torch.T
 @torch.inference_mode()
 def greedy_generate(model, prompt_ids: torch.Tensor, max_tokens: int, kv_cache,
                     cached_len: int = 0) -> torch.Tensor:
-    """Greedy decoding with a KV cache: prefill the prompt once, then one decode step per token.
+    """Greedy decoding with a KV cache: prefill the prompt once, then one
+    decode step per token.
 
-    prompt_ids: (batch, prompt_len); the first `cached_len` prompt tokens must already be in
-    `kv_cache` (a prefix-cache hit), the rest are prefilled. Returns (batch, max_tokens) ids.
+    prompt_ids: (batch, prompt_len); the first `cached_len` prompt tokens must already
+    be in `kv_cache` (a prefix-cache hit), the rest are prefilled. Returns (batch,
+    max_tokens) ids.
     """
     batch, prompt_len = prompt_ids.shape
     if not 0 <= cached_len < prompt_len:
-        raise ValueError(f"cached_len={cached_len} must be in [0, prompt_len={prompt_len}): "
-                         "at least the last prompt token is computed, its logits give the first new token")
+        raise ValueError(f"cached_len={cached_len} must be in [0, "
+                         f"prompt_len={prompt_len}): at least the last prompt token is "
+                         "computed, its logits give the first new token")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     out = torch.empty(batch, max_tokens, dtype=torch.long, device=prompt_ids.device)
-    token = prefill(model, prompt_ids[:, cached_len:], kv_cache, cached_len).argmax(dim=-1)
+    token = prefill(
+        model, prompt_ids[:, cached_len:], kv_cache, cached_len
+    ).argmax(dim=-1)
     for i in range(max_tokens):
         out[:, i] = token
         if i + 1 < max_tokens:

@@ -6,16 +6,16 @@
 #    Paged blocks: no memory reserved for tokens that never come
 """Paged KV cache and prefix (prompt) caching.
 
-Keys and values live in a pool of fixed-size blocks shared by all sequences; each sequence owns
-a block table (logical block i -> physical block), so memory is taken block by block as a
-sequence grows and returned when it finishes, with no per-sequence maximum reserved up front.
-On top of it, prefix caching keeps full blocks of prompt tokens under a hash chained over the
-blocks before them, so a later prompt that starts the same way reuses them instead of
-recomputing its prefill.
+Keys and values live in a pool of fixed-size blocks shared by all sequences; each
+sequence owns a block table (logical block i -> physical block), so memory is taken
+block by block as a sequence grows and returned when it finishes, with no per-sequence
+maximum reserved up front. On top of it, prefix caching keeps full blocks of prompt
+tokens under a hash chained over the blocks before them, so a later prompt that starts
+the same way reuses them instead of recomputing its prefill.
 
-Both caches honour the model's contract (llmcore.attention): `update(layer_idx, positions, k, v)`
-returns keys and values laid out by position. Before a forward pass, `set_batch(seq_ids)` says
-which sequence each batch row is.
+Both caches honour the model's contract (llmcore.attention): `update(layer_idx,
+positions, k, v)` returns keys and values laid out by position. Before a forward pass,
+`set_batch(seq_ids)` says which sequence each batch row is.
 """
 from __future__ import annotations
 
@@ -74,53 +74,85 @@ class BlockAllocator:
         self.free_blocks.append(block)
 
     def exhausted_message(self, needed: int) -> str:
-        """What to tell a caller who needs `needed` more blocks than the pool has free."""
-        return (f"KV cache pool exhausted: {needed} more block(s) of {self.block_size} tokens needed, "
-                f"{self.num_free} of {self.num_blocks} free. Free finished sequences (free_sequence), "
-                "run fewer sequences at once, or create the cache with more blocks.")
+        """What to tell a caller who needs `needed` more blocks than
+        the pool has free."""
+        return (f"KV cache pool exhausted: {needed} more block(s) of {self.block_size} "
+                f"tokens needed, {self.num_free} of {self.num_blocks} free. Free "
+                "finished sequences (free_sequence), run fewer sequences at once, or "
+                "create the cache with more blocks.")
 
 
 # %% chapters/06_kv_cache.ipynb §
 #    Paged blocks: no memory reserved for tokens that never come
 class PagedKVCache:
-    """Keys and values in a pool of blocks of `block_size` tokens, reached through block tables.
+    """Keys and values in a pool of blocks of `block_size` tokens, reached
+    through block tables.
 
-    Storage: one tensor (n_layers, 2, n_kv_heads, num_blocks * block_size, head_dim); token
-    position p of a sequence lives in slot table[p // block_size] * block_size + p % block_size.
+    Storage: one tensor (n_layers, 2, n_kv_heads, num_blocks * block_size, head_dim);
+    token position p of a sequence lives in slot table[p // block_size] * block_size + p
+    % block_size.
     """
 
-    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = 16, device=None, dtype=None,
-                 allocator: BlockAllocator | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        num_blocks: int,
+        block_size: int = 16,
+        device=None,
+        dtype=None,
+        allocator: BlockAllocator | None = None,
+    ):
         self.allocator = allocator or BlockAllocator(num_blocks, block_size)
-        if (self.allocator.num_blocks, self.allocator.block_size) != (num_blocks, block_size):
-            raise ValueError("the allocator's num_blocks and block_size must match the cache's")
+        if (self.allocator.num_blocks, self.allocator.block_size) != (
+            num_blocks,
+            block_size,
+        ):
+            raise ValueError("the allocator's num_blocks and "
+                             "block_size must match the cache's")
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         self.block_size, self.n_layers = block_size, cfg.n_layers
-        self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads, num_blocks * block_size, cfg.head_dim,
-                                device=device, dtype=dtype)
-        self.tables: dict[Hashable, list[int]] = {}  # sequence id -> physical block of each logical block
-        self.lengths: dict[Hashable, int] = {}       # sequence id -> tokens whose keys/values are stored
-        self.batch: list[Hashable] = []              # sequence of each batch row in the next forward pass
-        # Set by begin_forward for the pass in progress (None: no pass has begun since set_batch):
-        self._write_slots: torch.Tensor | None = None  # pool slot of each new token
-        self._read_slots: torch.Tensor | None = None   # (batch, longest) pool slots to read back
+        self.pool = torch.zeros(
+            cfg.n_layers,
+            2,
+            cfg.n_kv_heads,
+            num_blocks * block_size,
+            cfg.head_dim,
+            device=device,
+            dtype=dtype,
+        )
+        # sequence id -> physical block of each logical block
+        self.tables: dict[Hashable, list[int]] = {}
+        # sequence id -> tokens whose keys/values are stored
+        self.lengths: dict[Hashable, int] = {}
+        # sequence of each batch row in the next forward pass
+        self.batch: list[Hashable] = []
+        # Set by begin_forward for the pass in progress (None: no pass has
+        # begun since set_batch):
+        # pool slot of each new token
+        self._write_slots: torch.Tensor | None = None
+        # (batch, longest) pool slots to read back
+        self._read_slots: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
         """Bytes allocated for the pool (all blocks, used or not)."""
         return self.pool.nbytes
 
-    def add_sequence(self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None) -> int:
-        """Start a sequence with an empty block table; return how many prompt tokens are already
-        cached (always 0 here; see PrefixCachingKVCache)."""
+    def add_sequence(
+        self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None
+    ) -> int:
+        """Start a sequence with an empty block table; return how many prompt tokens are
+        already cached (always 0 here; see PrefixCachingKVCache)."""
         if seq_id in self.tables:
-            raise ValueError(f"sequence {seq_id!r} already exists; free_sequence() it first")
+            raise ValueError(f"sequence {seq_id!r} already "
+                             "exists; free_sequence() it first")
         self.tables[seq_id], self.lengths[seq_id] = [], 0
         return 0
 
     def set_batch(self, seq_ids: Sequence[Hashable]) -> None:
-        """Declare which sequence each batch row of the next forward passes belongs to."""
+        """Declare which sequence each batch row of the next forward
+        passes belongs to."""
         unknown = [s for s in seq_ids if s not in self.tables]
         if unknown:
             raise KeyError(f"unknown sequence(s) {unknown}; add_sequence() them first")
@@ -129,66 +161,101 @@ class PagedKVCache:
 
     def free_sequence(self, seq_id: Hashable) -> None:
         """Return a finished sequence's blocks to the pool."""
-        for block in reversed(self.tables.pop(seq_id)):  # the tail first: see PrefixCachingKVCache
+        # the tail first: see PrefixCachingKVCache
+        for block in reversed(self.tables.pop(seq_id)):
             self.allocator.decref(block)
         del self.lengths[seq_id]
         self.batch = [s for s in self.batch if s != seq_id]
         self._write_slots = self._read_slots = None
 
-    def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        """Write k, v (batch, n_kv_heads, seq, head_dim) into the slots of `positions` (batch, seq),
-        then gather every row's keys and values for positions 0 .. (its last) in order."""
+    def update(
+        self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ):
+        """Write k, v (batch, n_kv_heads, seq, head_dim) into the slots of `positions`
+        (batch, seq), then gather every row's keys and values for positions 0 ..
+        (its last) in order."""
         if self._write_slots is None:
-            raise RuntimeError("PagedKVCache.update() before begin_forward(positions): call "
-                               "set_batch(seq_ids), then run the model (it calls begin_forward)")
+            raise RuntimeError("PagedKVCache.update() before "
+                               "begin_forward(positions): call set_batch(seq_ids), "
+                               "then run the model (it calls begin_forward)")
         b, h, s, d = k.shape
         layer = self.pool[layer_idx]  # (2, n_kv_heads, slots, head_dim)
-        layer[0].index_copy_(1, self._write_slots, k.transpose(0, 1).reshape(h, b * s, d))
-        layer[1].index_copy_(1, self._write_slots, v.transpose(0, 1).reshape(h, b * s, d))
+        layer[0].index_copy_(
+            1, self._write_slots, k.transpose(0, 1).reshape(h, b * s, d)
+        )
+        layer[1].index_copy_(
+            1, self._write_slots, v.transpose(0, 1).reshape(h, b * s, d)
+        )
         n = self._read_slots.shape[1]
-        keys = layer[0].index_select(1, self._read_slots.flatten()).view(h, b, n, d).transpose(0, 1)
-        values = layer[1].index_select(1, self._read_slots.flatten()).view(h, b, n, d).transpose(0, 1)
+        keys = (
+            layer[0]
+            .index_select(1, self._read_slots.flatten())
+            .view(h, b, n, d)
+            .transpose(0, 1)
+        )
+        values = (
+            layer[1]
+            .index_select(1, self._read_slots.flatten())
+            .view(h, b, n, d)
+            .transpose(0, 1)
+        )
         return keys, values
 
     def reserve(self, lengths: dict[Hashable, int]) -> None:
         """Grow the block tables so that each sequence can hold lengths[seq_id] tokens.
 
-        All or nothing: if the pool cannot cover every request, PoolExhaustedError is raised and no
-        block is taken, so a scheduler can retry later or pause a sequence.
+        All or nothing: if the pool cannot cover every request, PoolExhaustedError is
+        raised and no block is taken, so a scheduler can retry later or pause a
+        sequence.
         """
         bs = self.block_size
-        needed = {seq: max(0, -(-n // bs) - len(self.tables[seq])) for seq, n in lengths.items()}
+        needed = {
+            seq: max(0, -(-n // bs) - len(self.tables[seq]))
+            for seq, n in lengths.items()
+        }
         if sum(needed.values()) > self.allocator.num_free:
-            raise PoolExhaustedError(self.allocator.exhausted_message(sum(needed.values())))
+            raise PoolExhaustedError(
+                self.allocator.exhausted_message(sum(needed.values()))
+            )
         for seq, n_new in needed.items():
             self.tables[seq].extend(self.allocator.allocate() for _ in range(n_new))
 
     def begin_forward(self, positions: torch.Tensor) -> None:
-        """Reserve blocks for the new positions, then map positions to slots once for all layers."""
+        """Reserve blocks for the new positions, then map positions to slots
+        once for all layers."""
         if positions.shape[0] != len(self.batch):
-            raise ValueError(f"the forward pass has {positions.shape[0]} rows but set_batch() named "
-                             f"{len(self.batch)} sequences")
+            raise ValueError(f"the forward pass has {positions.shape[0]} rows but "
+                             f"set_batch() named {len(self.batch)} sequences")
         ends = (positions.max(dim=1).values + 1).tolist()
         self.reserve(dict(zip(self.batch, ends)))
         for seq, end in zip(self.batch, ends):
             self.lengths[seq] = max(self.lengths[seq], end)
-        # One row of the block-table tensor per sequence, padded with its own first block (padding
-        # slots lie beyond the row's last position, so the causal mask hides them).
+        # One row of the block-table tensor per sequence, padded with its own first
+        # block (padding slots lie beyond the row's last position, so the
+        # causal mask hides them).
         bs, width = self.block_size, max(len(self.tables[seq]) for seq in self.batch)
-        table = torch.tensor([self.tables[s] + self.tables[s][:1] * (width - len(self.tables[s])) for s in self.batch],
-                             device=positions.device)
-        self._write_slots = (table.gather(1, positions // bs) * bs + positions % bs).flatten()
+        table = torch.tensor(
+            [
+                self.tables[s] + self.tables[s][:1] * (width - len(self.tables[s]))
+                for s in self.batch
+            ],
+            device=positions.device,
+        )
+        self._write_slots = (
+            table.gather(1, positions // bs) * bs + positions % bs
+        ).flatten()
         span = torch.arange(max(ends), device=positions.device)
         self._read_slots = table[:, span // bs] * bs + span % bs  # (batch, max end)
 
 
 # %% chapters/06_kv_cache.ipynb § Prefix caching: computing a shared prompt once
 def block_hash(parent: int | None, tokens: Sequence[int]) -> int:
-    """A 64-bit key for a full block: SHA-256 of the parent block's key and this block's tokens.
+    """A 64-bit key for a full block: SHA-256 of the parent block's key and
+    this block's tokens.
 
-    Chaining makes the key depend on every token before the block too, so the same 16 tokens
-    after different prefixes get different keys (their keys and values differ: attention mixed
-    in the prefix).
+    Chaining makes the key depend on every token before the block too, so the same 16
+    tokens after different prefixes get different keys (their keys and values differ:
+    attention mixed in the prefix).
     """
     data = (-1 if parent is None else parent).to_bytes(8, "little", signed=True)
     data += b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens)
@@ -199,9 +266,10 @@ def block_hash(parent: int | None, tokens: Sequence[int]) -> int:
 class PrefixBlockAllocator(BlockAllocator):
     """A BlockAllocator that also remembers full blocks by hash.
 
-    A hashed block whose last user finished is not freed but kept, evictable, in least-recently-
-    used order: a later prompt with the same prefix can take it back (lookup + incref), and
-    allocate() evicts the least recently used one only when no never-hashed block is free.
+    A hashed block whose last user finished is not freed but kept, evictable, in
+    least-recently- used order: a later prompt with the same prefix can take it back
+    (lookup + incref), and allocate() evicts the least recently used one only when no
+    never-hashed block is free.
     """
 
     def __init__(self, num_blocks: int, block_size: int):
@@ -209,7 +277,8 @@ class PrefixBlockAllocator(BlockAllocator):
         self.block_key: list[int | None] = [None] * num_blocks
         self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
         self.by_hash: dict[int, int] = {}
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # unreferenced hashed blocks, oldest first
+        # unreferenced hashed blocks, oldest first
+        self.evictable: OrderedDict[int, None] = OrderedDict()
         self.hits = self.evictions = 0
 
     @property
@@ -227,7 +296,8 @@ class PrefixBlockAllocator(BlockAllocator):
         return block
 
     def lookup(self, key: int, tokens: Sequence[int]) -> int | None:
-        """The cached block for `key`, if its tokens really are `tokens` (a hash can collide)."""
+        """The cached block for `key`, if its tokens really are `tokens` (a
+        hash can collide)."""
         block = self.by_hash.get(key)
         if block is None or self.block_tokens[block] != tuple(tokens):
             return None
@@ -242,7 +312,8 @@ class PrefixBlockAllocator(BlockAllocator):
             super().incref(block)
 
     def register(self, block: int, key: int, tokens: Sequence[int]) -> bool:
-        """Make full `block` findable under `key`; False if another block already holds that key."""
+        """Make full `block` findable under `key`; False if another block
+        already holds that key."""
         if key in self.by_hash or self.block_key[block] is not None:
             return False
         self.by_hash[key] = block
@@ -260,27 +331,43 @@ class PrefixBlockAllocator(BlockAllocator):
 class PrefixCachingKVCache(PagedKVCache):
     """A paged cache that reuses full blocks of prompt tokens across sequences.
 
-    add_sequence(seq_id, prompt_ids) walks the prompt block by block, looks each full block up by
-    its chained hash, and puts every hit (until the first miss) in the new block table; it returns
-    the number of prompt tokens whose keys and values are already there. At least the last prompt
-    token is always left out, because its logits are needed for the first new token. After a
-    forward pass, the newly completed full blocks of prompt tokens are registered for later prompts.
-    Only prompt blocks are cached here (vLLM also caches blocks of generated tokens).
+    add_sequence(seq_id, prompt_ids) walks the prompt block by block, looks each full
+    block up by its chained hash, and puts every hit (until the first miss) in the new
+    block table; it returns the number of prompt tokens whose keys and values are
+    already there. At least the last prompt token is always left out, because its logits
+    are needed for the first new token. After a forward pass, the newly completed full
+    blocks of prompt tokens are registered for later prompts. Only prompt blocks are
+    cached here (vLLM also caches blocks of generated tokens).
     """
 
-    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = 16, device=None, dtype=None):
-        super().__init__(cfg, num_blocks, block_size, device, dtype, PrefixBlockAllocator(num_blocks, block_size))
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        num_blocks: int,
+        block_size: int = 16,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(
+            cfg, num_blocks, block_size, device, dtype,
+            PrefixBlockAllocator(num_blocks, block_size),
+        )
         self.prompts: dict[Hashable, tuple[int, ...]] = {}
-        self.keys: dict[Hashable, list[int]] = {}  # hashes of the sequence's blocks found or registered
+        # hashes of the sequence's blocks found or registered
+        self.keys: dict[Hashable, list[int]] = {}
 
-    def add_sequence(self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None) -> int:
+    def add_sequence(
+        self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None
+    ) -> int:
         if prompt_ids is None:
-            raise ValueError("prefix caching needs the prompt's token ids: add_sequence(seq_id, prompt_ids)")
+            raise ValueError("prefix caching needs the prompt's token ids: "
+                             "add_sequence(seq_id, prompt_ids)")
         super().add_sequence(seq_id)
         tokens = tuple(int(t) for t in prompt_ids)
         self.prompts[seq_id], self.keys[seq_id] = tokens, []
         bs, parent = self.block_size, None
-        for i in range((len(tokens) - 1) // bs):  # full blocks that end before the last prompt token
+        # full blocks that end before the last prompt token
+        for i in range((len(tokens) - 1) // bs):
             block_tokens = tokens[i * bs:(i + 1) * bs]
             key = block_hash(parent, block_tokens)
             block = self.allocator.lookup(key, block_tokens)
@@ -294,13 +381,17 @@ class PrefixCachingKVCache(PagedKVCache):
         return self.lengths[seq_id]
 
     def free_sequence(self, seq_id: Hashable) -> None:
-        # The tail is released first, so among this sequence's blocks the prefix is evicted last.
+        # The tail is released first, so among this sequence's blocks the
+        # prefix is evicted last.
         super().free_sequence(seq_id)
         del self.prompts[seq_id], self.keys[seq_id]
 
-    def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    def update(
+        self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ):
         out = super().update(layer_idx, positions, k, v)
-        if layer_idx == self.n_layers - 1:  # every layer of this pass is written: blocks are complete
+        # every layer of this pass is written: blocks are complete
+        if layer_idx == self.n_layers - 1:
             self._register_full_blocks()
         return out
 
