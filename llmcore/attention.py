@@ -144,9 +144,7 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = (
-            cfg.n_heads,
-            cfg.n_kv_heads,
-            cfg.head_dim,
+            cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
         )
         self.sliding_window = cfg.sliding_window
         self.rope_theta, self.rope_scaling = cfg.rope_theta, cfg.rope_scaling
@@ -241,11 +239,8 @@ class Attention(nn.Module):
             # see every cached key.
             return None, False
         # With a cache, slot j holds position j, so a query's slot is its position.
-        query_slots = (
-            positions
-            if cached
-            else torch.arange(s, device=positions.device).expand(b, s)
-        )
+        query_slots = (positions if cached
+                       else torch.arange(s, device=positions.device).expand(b, s))
         if attention_mask is not None:
             if (
                 attention_mask.dim() != 2

@@ -21,11 +21,8 @@ import torch
 
 from llmcore.tokenizer import Tokenizer
 
-_WS, _DIGITS, _HEX = (
-    frozenset(b" \t\n\r"),
-    frozenset(b"0123456789"),
-    frozenset(b"0123456789abcdefABCDEF"),
-)
+_WS, _DIGITS, _HEX = (frozenset(b" \t\n\r"), frozenset(b"0123456789"),
+                      frozenset(b"0123456789abcdefABCDEF"))
 _LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 _NUMBER_END = {"N0", "ND", "NF", "NX"}  # number states in which the number may stop
 OBJECT_START: tuple = ("END", "OBJ")    # a top-level JSON object, then only whitespace
@@ -77,12 +74,8 @@ def json_step(state: tuple, b: int) -> tuple | None:
         nxt = {
             "N-": {**dict.fromkeys(b"0", "N0"), **dict.fromkeys(b"123456789", "ND")},
             "N0": {ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
-            "ND": {
-                **dict.fromkeys(_DIGITS, "ND"),
-                ord("."): "N.",
-                ord("e"): "NE",
-                ord("E"): "NE",
-            },
+            "ND": {**dict.fromkeys(_DIGITS, "ND"), ord("."): "N.", ord("e"): "NE",
+                   ord("E"): "NE"},
             "N.": dict.fromkeys(_DIGITS, "NF"),
             "NF": {**dict.fromkeys(_DIGITS, "NF"), ord("e"): "NE", ord("E"): "NE"},
             "NE": {**dict.fromkeys(_DIGITS, "NX"), ord("+"): "NS", ord("-"): "NS"},

@@ -280,9 +280,11 @@ def load_pretrained(
     missing = sorted(k for k in expected if state.get(k) is None)
     extra = sorted(set(state) - expected)
     if missing or extra:
-        hint = (" (no lm_head.weight: should config.json say "
-                "tie_word_embeddings: true?)") \
-            if missing == ["lm_head.weight"] else ""
+        hint = (
+            " (no lm_head.weight: should config.json say tie_word_embeddings: true?)"
+            if missing == ["lm_head.weight"]
+            else ""
+        )
         raise ValueError("checkpoint does not match config.json: missing "
                          f"{missing[:5]}, unexpected {extra[:5]}{hint}")
     model.load_state_dict(state, strict=True, assign=True)

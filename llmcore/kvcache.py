@@ -90,8 +90,8 @@ class KVCache:
         self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None
     ):
         if batch_size < 1 or max_len < 1:
-            raise ValueError("batch_size and max_len must be >= 1, "
-                             f"got {batch_size} and {max_len}")
+            raise ValueError("batch_size and max_len must be >= 1, got "
+                             f"{batch_size} and {max_len}")
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         shape = (cfg.n_layers, batch_size, cfg.n_kv_heads, max_len, cfg.head_dim)
@@ -134,9 +134,9 @@ class KVCache:
         and what to read."""
         batch = positions.shape[0]
         if batch != self.batch_size:
-            raise ValueError(f"this KVCache holds {self.batch_size} sequences "
-                             "but the model was called with a batch of "
-                             f"{batch}; create one cache per batch shape")
+            raise ValueError(f"this KVCache holds {self.batch_size} sequences but the "
+                             f"model was called with a batch of {batch}; create one "
+                             "cache per batch shape")
         low, high = int(positions.min()), int(positions.max())
         self.check_positions(low, high)
         same = positions.shape[0] == 1 or bool((positions == positions[:1]).all())

@@ -101,11 +101,8 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None = None,
         / head_dim
     )
     inv_freq = 1.0 / (theta ** exponents)
-    rope_type = (
-        "default"
-        if scaling is None
-        else scaling.get("rope_type", scaling.get("type", "default"))
-    )
+    rope_type = ("default" if scaling is None
+                 else scaling.get("rope_type", scaling.get("type", "default")))
     if rope_type == "default":
         return inv_freq
     if rope_type == "linear":

@@ -107,20 +107,14 @@ class PagedKVCache:
             num_blocks,
             block_size,
         ):
-            raise ValueError("the allocator's num_blocks and "
-                             "block_size must match the cache's")
+            raise ValueError("the allocator's num_blocks and block_size "
+                             "must match the cache's")
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         self.block_size, self.n_layers = block_size, cfg.n_layers
-        self.pool = torch.zeros(
-            cfg.n_layers,
-            2,
-            cfg.n_kv_heads,
-            num_blocks * block_size,
-            cfg.head_dim,
-            device=device,
-            dtype=dtype,
-        )
+        self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads,
+                                num_blocks * block_size, cfg.head_dim, device=device,
+                                dtype=dtype)
         # sequence id -> physical block of each logical block
         self.tables: dict[Hashable, list[int]] = {}
         # sequence id -> tokens whose keys/values are stored
@@ -145,8 +139,8 @@ class PagedKVCache:
         """Start a sequence with an empty block table; return how many prompt tokens are
         already cached (always 0 here; see PrefixCachingKVCache)."""
         if seq_id in self.tables:
-            raise ValueError(f"sequence {seq_id!r} already "
-                             "exists; free_sequence() it first")
+            raise ValueError(f"sequence {seq_id!r} already exists; "
+                             "free_sequence() it first")
         self.tables[seq_id], self.lengths[seq_id] = [], 0
         return 0
 
@@ -175,9 +169,9 @@ class PagedKVCache:
         (batch, seq), then gather every row's keys and values for positions 0 ..
         (its last) in order."""
         if self._write_slots is None:
-            raise RuntimeError("PagedKVCache.update() before "
-                               "begin_forward(positions): call set_batch(seq_ids), "
-                               "then run the model (it calls begin_forward)")
+            raise RuntimeError("PagedKVCache.update() before begin_forward(positions): "
+                               "call set_batch(seq_ids), then run the model (it "
+                               "calls begin_forward)")
         b, h, s, d = k.shape
         layer = self.pool[layer_idx]  # (2, n_kv_heads, slots, head_dim)
         layer[0].index_copy_(

@@ -49,11 +49,8 @@ def stdlib_files() -> list[tuple[str, Path, bool]]:
         rel = path.relative_to(std)
         if not SKIP_DIRS & set(rel.parts):
             files.append(
-                (
-                    rel.parts[0].removesuffix(".py"),
-                    path,
-                    bool(TEST_DIRS & set(rel.parts)),
-                )
+                (rel.parts[0].removesuffix(".py"), path,
+                 bool(TEST_DIRS & set(rel.parts)))
             )
     return files
 
@@ -277,20 +274,15 @@ def hf_name(name: str) -> str:
     llmcore.hf.llmcore_name)."""
     if name.startswith("blocks."):
         _, i, rest = name.split(".", 2)
-        for ours, theirs in (
-            ("attn_norm.", "input_layernorm."),
-            ("mlp_norm.", "post_attention_layernorm."),
-            ("attn.", "self_attn."),
-        ):
+        for ours, theirs in (("attn_norm.", "input_layernorm."),
+                             ("mlp_norm.", "post_attention_layernorm."),
+                             ("attn.", "self_attn.")):
             if rest.startswith(ours):
                 rest = theirs + rest[len(ours):]
                 break
         return f"model.layers.{i}.{rest}"
-    for ours, theirs in (
-        ("embed.", "model.embed_tokens."),
-        ("norm.", "model.norm."),
-        ("lm_head.", "lm_head."),
-    ):
+    for ours, theirs in (("embed.", "model.embed_tokens."), ("norm.", "model.norm."),
+                         ("lm_head.", "lm_head.")):
         if name.startswith(ours):
             return theirs + name[len(ours):]
     raise ValueError(f"llmcore parameter {name!r} has no transformers name")
@@ -303,25 +295,15 @@ def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
         raise ValueError("save_pretrained writes plain Llama checkpoints; this "
                          "config uses other features")
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.dim,
-        "intermediate_size": cfg.hidden_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "rope_scaling": None,
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.dim,
+        "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim, "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta, "rope_scaling": None,
         "max_position_embeddings": cfg.max_position_embeddings,
-        "tie_word_embeddings": cfg.tie_word_embeddings,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "bos_token_id": eos_id,
-        "eos_token_id": eos_id,
+        "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False,
+        "mlp_bias": False, "bos_token_id": eos_id, "eos_token_id": eos_id,
         "torch_dtype": "bfloat16",
     }
 

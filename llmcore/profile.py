@@ -273,20 +273,12 @@ def plot_roofline(
     xs = [x for series in points.values() for x, _ in series] + [roofline.ridge]
     lo, hi = min(xs) / 4, max(xs) * 4
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.plot(
-        grid,
-        [roofline.attainable(x) for x in grid],
-        color="black",
-        linewidth=1.5,
-        label="roofline",
-    )
+    ax.plot(grid, [roofline.attainable(x) for x in grid], color="black", linewidth=1.5,
+            label="roofline")
     ax.axvline(roofline.ridge, color="grey", linestyle=":", linewidth=1)
     for i, (label, series) in enumerate(points.items()):
-        ax.plot(
-            [x for x, _ in series],
-            [y for _, y in series],
-            "o-", color=f"C{i}", label=label, markersize=4,
-        )
+        ax.plot([x for x, _ in series], [y for _, y in series],
+                "o-", color=f"C{i}", label=label, markersize=4)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
@@ -299,13 +291,8 @@ def plot_roofline(
 
 # %% chapters/05_prefill_decode.ipynb §
 #    Real models on real GPUs: why decode leaves the GPU idle
-LLAMA31_ROPE = {
-    "rope_type": "llama3",
-    "factor": 8.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192,
-}
+LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 # config.json facts of each model, in ModelConfig's names (no weights needed)
 MODEL_SHAPES = {

@@ -94,37 +94,19 @@ class SamplingParams:
             )
 
         rules = (  # field, test, what is allowed
-            (
-                "temperature",
-                lambda v: _is_real(v) and v >= 0,
-                "a finite number >= 0 (0 = greedy)",
-            ),
+            ("temperature", lambda v: _is_real(v) and v >= 0,
+             "a finite number >= 0 (0 = greedy)"),
             ("top_k", lambda v: _is_int(v) and v >= 0, "an int >= 0 (0 = off)"),
-            (
-                "top_p",
-                lambda v: _is_real(v) and 0 < v <= 1,
-                "a number in (0, 1] (1 = off)",
-            ),
-            (
-                "min_p",
-                lambda v: _is_real(v) and 0 <= v <= 1,
-                "a number in [0, 1] (0 = off)",
-            ),
-            (
-                "repetition_penalty",
-                lambda v: _is_real(v) and v > 0,
-                "a finite number > 0 (1 = off)",
-            ),
-            (
-                "presence_penalty",
-                lambda v: _is_real(v) and -2 <= v <= 2,
-                "a number in [-2, 2] (0 = off)",
-            ),
-            (
-                "frequency_penalty",
-                lambda v: _is_real(v) and -2 <= v <= 2,
-                "a number in [-2, 2] (0 = off)",
-            ),
+            ("top_p", lambda v: _is_real(v) and 0 < v <= 1,
+             "a number in (0, 1] (1 = off)"),
+            ("min_p", lambda v: _is_real(v) and 0 <= v <= 1,
+             "a number in [0, 1] (0 = off)"),
+            ("repetition_penalty", lambda v: _is_real(v) and v > 0,
+             "a finite number > 0 (1 = off)"),
+            ("presence_penalty", lambda v: _is_real(v) and -2 <= v <= 2,
+             "a number in [-2, 2] (0 = off)"),
+            ("frequency_penalty", lambda v: _is_real(v) and -2 <= v <= 2,
+             "a number in [-2, 2] (0 = off)"),
             (
                 "logit_bias",
                 lambda v: (
@@ -135,17 +117,11 @@ class SamplingParams:
                 "a dict {token id >= 0: finite bias} (ban a token "
                 "with a bias like -100)",
             ),
-            (
-                "seed",
-                lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
-                "None or an int in [0, 2**64)",
-            ),
+            ("seed", lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
+             "None or an int in [0, 2**64)"),
             ("max_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-            (
-                "min_tokens",
-                lambda v: _is_int(v) and 0 <= v <= self.max_tokens,
-                f"an int in [0, max_tokens={self.max_tokens}]",
-            ),
+            ("min_tokens", lambda v: _is_int(v) and 0 <= v <= self.max_tokens,
+             f"an int in [0, max_tokens={self.max_tokens}]"),
             (
                 "stop",
                 lambda v: (
@@ -155,11 +131,8 @@ class SamplingParams:
                 "a list of non-empty strings",
             ),
             ("stop_token_ids", ids, "a list of token ids (ints >= 0)"),
-            (
-                "include_stop_str_in_output",
-                lambda v: isinstance(v, bool),
-                "True or False",
-            ),
+            ("include_stop_str_in_output", lambda v: isinstance(v, bool),
+             "True or False"),
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):
@@ -179,11 +152,9 @@ def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: i
     truncate=True do we drop the oldest prompt tokens, keeping the last context_window -
     max_tokens so the whole generation budget fits.
     """
-    for name, value, low in (
-        ("n_prompt_tokens", n_prompt_tokens, 1),
-        ("max_tokens", max_tokens, 1),
-        ("context_window", context_window, 2),
-    ):
+    for name, value, low in (("n_prompt_tokens", n_prompt_tokens, 1),
+                             ("max_tokens", max_tokens, 1),
+                             ("context_window", context_window, 2)):
         if not _is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     room = context_window - max_tokens  # positions left for the prompt
@@ -419,8 +390,7 @@ class Sampler:
             seen = (
                 token_counts(
                     [list(a) + list(b) for a, b in zip(prompt_ids, output_ids)],
-                    vocab_size,
-                    device,
+                    vocab_size, device,
                 )
                 > 0
             )
@@ -430,11 +400,9 @@ class Sampler:
                 raise ValueError("presence/frequency penalties need the generated "
                                  "tokens: pass output_ids")
             penalties.append(
-                PresenceFrequencyPenalty(
-                    column("presence_penalty"),
-                    column("frequency_penalty"),
-                    token_counts(output_ids, vocab_size, device),
-                )
+                PresenceFrequencyPenalty(column("presence_penalty"),
+                                         column("frequency_penalty"),
+                                         token_counts(output_ids, vocab_size, device))
             )
         entries = [
             (row, token, b)
