@@ -302,9 +302,9 @@ def hf_config(cfg: ModelConfig, eos_id: int) -> dict:
         "head_dim": cfg.head_dim, "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps,
         "rope_theta": cfg.rope_theta, "rope_scaling": None,
         "max_position_embeddings": cfg.max_position_embeddings,
-        "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False,
-        "mlp_bias": False, "bos_token_id": eos_id, "eos_token_id": eos_id,
-        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "attention_bias": False, "mlp_bias": False, "bos_token_id": eos_id,
+        "eos_token_id": eos_id, "torch_dtype": "bfloat16",
     }
 
 
