@@ -5,21 +5,22 @@ from typing import Callable
 
 import torch
 
-from . import FAILED, Case, Verdict, approx_equal, checker, report, run_cases, run_checks
+from llmcore.sampling import TopP
+
+from . import (FAILED, Case, Verdict, approx_equal, checker, report, run_cases,
+               run_checks)
 
 
-def _reference_top_p(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = (logits / temperature).softmax(-1)
-    sorted_probs, order = probs.sort(descending=True)
-    keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
-    keep = torch.zeros_like(keep_sorted).scatter(0, order, keep_sorted)
-    kept = torch.where(keep, probs, torch.zeros_like(probs))
-    return kept / kept.sum()
+def _reference_top_p(logits: torch.Tensor, temperature: float,
+                     top_p: float) -> torch.Tensor:
+    """Temperature, then llmcore's TopP (ties with the least likely kept token stay)."""
+    return TopP(top_p)(logits / temperature).softmax(-1)
 
 
 @checker
 def check_temperature_top_p(fn: Callable) -> Verdict:
-    """`fn(logits, temperature, top_p)` -> renormalised probabilities after temperature, then top-p."""
+    """`fn(logits, temperature, top_p)` -> renormalised probabilities after temperature,
+    then top-p; tokens tied with the least likely kept one are kept too."""
     gen = torch.Generator().manual_seed(7)
     random_logits = torch.randn(50, generator=gen) * 2
     four = [2.0, 1.0, 0.0, -1.0]
@@ -27,38 +28,51 @@ def check_temperature_top_p(fn: Callable) -> Verdict:
         (torch.tensor(four), 1.0, 1.0),    # p = 1 keeps everything
         (torch.tensor(four), 1.0, 0.5),    # the top token alone (0.64) reaches 0.5
         (torch.tensor(four), 1.0, 0.7),    # the 2nd token crosses 0.7: it is kept
-        (torch.tensor(four), 2.0, 0.7),    # temperature first: the kept pair has the T = 2 weights
+        (torch.tensor(four), 2.0, 0.7),    # temperature first: the T = 2 weights
         (torch.tensor([0.5, 3.0, -2.0, 1.0, 2.5]), 0.5, 0.9),
         (random_logits.clone(), 1.3, 0.8),
         (random_logits.clone(), 0.7, 0.95),
+        # ties: a sort puts equal probabilities in some order, the set must not care
+        (torch.tensor([2.0, 1.0, 1.0, 0.0]), 1.0, 0.7),   # the cut falls in a tie
+        (torch.tensor([0.0, 0.0, 0.0, 0.0]), 1.0, 0.3),   # all tied: all kept
+        (torch.tensor([3.0, 1.0, 1.0, 0.0]), 1.0, 0.5),   # a tie below the cut: dropped
+        (torch.tensor([1.0, 2.0, 2.0, 2.0, 0.0]), 1.0, 0.5),  # three tied on top
     ]
     cases = [Case(a, _reference_top_p(*a)) for a in args]
 
     def compare(got, expected):
-        return isinstance(got, torch.Tensor) and got.shape == expected.shape and approx_equal(got, expected, 1e-4, 1e-6)
+        return (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                and approx_equal(got, expected, 1e-4, 1e-6))
 
-    verdict = run_cases("Exercise 7.1 (temperature_top_p)", fn, cases, compare=compare,
-                        hint="divide by the temperature before the softmax; keep a token while the tokens "
-                             "ranked above it hold less than top_p (the one that crosses top_p stays); "
-                             "renormalise what is kept.")
+    verdict = run_cases(
+        "Exercise 7.1 (temperature_top_p)", fn, cases, compare=compare,
+        hint="divide by the temperature before the softmax; keep a token while the "
+             "tokens ranked above it hold less than top_p (the one that crosses top_p "
+             "stays), and keep every token as likely as the least likely one kept; "
+             "renormalise what is kept.")
     if verdict:
         logits = torch.tensor([1.0, 3.0, 2.0])
         try:
             fn(logits, 0.5, 0.6)
             if not torch.equal(logits, torch.tensor([1.0, 3.0, 2.0])):
-                verdict = Verdict(verdict.exercise, FAILED, "the input logits were modified in place.")
+                verdict = Verdict(verdict.exercise, FAILED,
+                                  "check of the input: the logits were modified in "
+                                  "place.")
         except Exception as e:  # the learner's bug is reported, never raised
-            verdict = Verdict(verdict.exercise, FAILED, f"raised {type(e).__name__}: {e}")
+            verdict = Verdict(verdict.exercise, FAILED,
+                              f"check of the input raised {type(e).__name__}: {e}")
     return report(verdict)
 
 
 @checker
 def check_repetition_penalty(fn: Callable) -> Verdict:
-    """`fn(logits, seen_ids, penalty)` -> new logits: seen positive / penalty, seen negative * penalty."""
+    """`fn(logits, seen_ids, penalty)` -> new logits: seen positive / penalty, seen
+    negative * penalty."""
     def matches(logits, seen, penalty, expected):
         def test() -> bool:
             got = fn(logits.clone(), list(seen), penalty)
-            return isinstance(got, torch.Tensor) and approx_equal(got, torch.tensor(expected), 1e-6, 1e-7)
+            return (isinstance(got, torch.Tensor)
+                    and approx_equal(got, torch.tensor(expected), 1e-6, 1e-7))
         return test
 
     def input_unchanged() -> bool:
@@ -68,14 +82,15 @@ def check_repetition_penalty(fn: Callable) -> Verdict:
 
     x = torch.tensor([2.0, -2.0, 4.0, -1.0, 0.0])
     return report(run_checks("Exercise 7.2 (repetition_penalty)", [
-        ("a seen positive logit is divided: [2, -2, 4, -1, 0] with seen [0], penalty 2 -> [1, -2, 4, -1, 0]",
-         matches(x, [0], 2.0, [1.0, -2.0, 4.0, -1.0, 0.0])),
-        ("a seen negative logit is multiplied (dividing would raise it): seen [1] -> [2, -4, 4, -1, 0]",
-         matches(x, [1], 2.0, [2.0, -4.0, 4.0, -1.0, 0.0])),
-        ("unseen tokens keep their logits: seen [2, 3], penalty 1.25 -> [2, -2, 3.2, -1.25, 0]",
+        ("a seen positive logit is divided: [2, -2, 4, -1, 0] with seen [0], penalty 2 "
+         "-> [1, -2, 4, -1, 0]", matches(x, [0], 2.0, [1.0, -2.0, 4.0, -1.0, 0.0])),
+        ("a seen negative logit is multiplied (dividing would raise it): seen [1] -> "
+         "[2, -4, 4, -1, 0]", matches(x, [1], 2.0, [2.0, -4.0, 4.0, -1.0, 0.0])),
+        ("unseen tokens keep their logits: seen [2, 3], penalty 1.25 -> "
+         "[2, -2, 3.2, -1.25, 0]",
          matches(x, [2, 3], 1.25, [2.0, -2.0, 3.2, -1.25, 0.0])),
-        ("a token seen three times is penalised once: seen [2, 2, 2], penalty 2 -> [2, -2, 2, -1, 0]",
-         matches(x, [2, 2, 2], 2.0, [2.0, -2.0, 2.0, -1.0, 0.0])),
+        ("a token seen three times is penalised once: seen [2, 2, 2], penalty 2 -> "
+         "[2, -2, 2, -1, 0]", matches(x, [2, 2, 2], 2.0, [2.0, -2.0, 2.0, -1.0, 0.0])),
         ("nothing seen, nothing changes", matches(x, [], 3.0, x.tolist())),
         ("the input tensor must not be modified in place", input_unchanged),
     ]))
@@ -83,16 +98,18 @@ def check_repetition_penalty(fn: Callable) -> Verdict:
 
 @checker
 def check_distinct_n(fn: Callable) -> Verdict:
-    """`fn(completions, n)` -> distinct n-grams / all n-grams over all completions; 0.0 if none."""
+    """`fn(completions, n)` -> distinct n-grams / all n-grams over all completions; 0.0
+    if none."""
     cases = [
         Case(([[1, 2, 3], [1, 2, 3]], 2), 2 / 4),
         Case(([[1, 2, 3], [4, 5, 6]], 2), 4 / 4),
-        Case(([[1, 2], [3, 4]], 2), 2 / 2),           # (2, 3) spans two completions: not an n-gram
+        Case(([[1, 2], [3, 4]], 2), 2 / 2),   # (2, 3) spans two completions: no n-gram
         Case(([[1, 1, 1, 1]], 1), 1 / 4),
         Case(([[1, 2, 1, 2, 1]], 2), 2 / 4),
         Case(([[1, 2, 3, 4], [2, 3, 4, 5], [9]], 3), 3 / 4),
         Case(([[1], [2]], 2), 0.0),
     ]
-    return report(run_cases("Exercise 7.3 (distinct_n)", fn, cases,
-                            hint="collect the n-grams of every completion separately into one list; "
-                                 "divide the size of its set by its length."))
+    return report(run_cases(
+        "Exercise 7.3 (distinct_n)", fn, cases,
+        hint="collect the n-grams of every completion separately into one list; divide "
+             "the size of its set by its length."))

@@ -1,21 +1,27 @@
-"""Answers for the chapter 07 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+"""Answers for the chapter 07 checkers: one correct, several wrong (used by
+tests/test_exercises.py)."""
 import torch
 
 
-def _top_p(logits, temperature, top_p, order="temperature_first", crossing=True, renormalise=True, inplace=False):
+def _top_p(logits, temperature, top_p, order="temperature_first", crossing=True,
+           renormalise=True, inplace=False, ties=True):
     if inplace:
         logits /= temperature
         z = logits
     else:
         z = logits / temperature
-    probs = (z.softmax(-1) if order == "temperature_first" else logits.softmax(-1))
+    probs = z.softmax(-1) if order == "temperature_first" else logits.softmax(-1)
     sorted_probs, idx = probs.sort(descending=True)
     cum = sorted_probs.cumsum(-1)
     keep_sorted = (cum - sorted_probs) < top_p if crossing else cum <= top_p
     keep_sorted[0] = True
-    keep = torch.zeros_like(keep_sorted).scatter(0, idx, keep_sorted)
-    if order == "top_p_first":  # filters the T = 1 distribution, then applies temperature
-        probs = torch.where(keep, (logits / temperature).softmax(-1), torch.zeros_like(probs))
+    if ties:  # every token as likely as the least likely one kept
+        keep = probs >= sorted_probs[keep_sorted][-1]
+    else:  # which of two equal tokens survives depends on the sort
+        keep = torch.zeros_like(keep_sorted).scatter(0, idx, keep_sorted)
+    if order == "top_p_first":  # filters the T = 1 distribution, then applies T
+        probs = torch.where(keep, (logits / temperature).softmax(-1),
+                            torch.zeros_like(probs))
     else:
         probs = torch.where(keep, probs, torch.zeros_like(probs))
     return probs / probs.sum() if renormalise else probs
@@ -37,8 +43,8 @@ def _distinct(completions, n, mode="ok"):
         completions = [[t for c in completions for t in c]]
     grams = [tuple(c[i:i + n]) for c in completions for i in range(len(c) - n + 1)]
     if mode == "per_completion":
-        scores = [len(set(tuple(c[i:i + n]) for i in range(len(c) - n + 1))) / max(1, len(c) - n + 1)
-                  for c in completions]
+        scores = [len(set(tuple(c[i:i + n]) for i in range(len(c) - n + 1)))
+                  / max(1, len(c) - n + 1) for c in completions]
         return sum(scores) / len(scores)
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -50,7 +56,8 @@ ANSWERS = {
         [lambda z, t, p: _top_p(z, t, p, order="top_p_first"),
          lambda z, t, p: _top_p(z, t, p, crossing=False),
          lambda z, t, p: _top_p(z, t, p, renormalise=False),
-         lambda z, t, p: _top_p(z, t, p, inplace=True)]),
+         lambda z, t, p: _top_p(z, t, p, inplace=True),
+         lambda z, t, p: _top_p(z, t, p, ties=False)]),
     "ch07.check_repetition_penalty": (
         _penalty,
         [lambda z, s, p: _penalty(z, s, p, "divide_all"),
@@ -58,5 +65,6 @@ ANSWERS = {
          lambda z, s, p: _penalty(z, s, p, "inplace")]),
     "ch07.check_distinct_n": (
         _distinct,
-        [lambda c, n: _distinct(c, n, "joined"), lambda c, n: _distinct(c, n, "per_completion")]),
+        [lambda c, n: _distinct(c, n, "joined"),
+         lambda c, n: _distinct(c, n, "per_completion")]),
 }
