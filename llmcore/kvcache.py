@@ -10,8 +10,8 @@ Every cache implements the model's contract (llmcore.attention): `update(layer_i
 positions, k, v)` stores keys and values of shape (batch, n_kv_heads, new_tokens,
 head_dim) at their positions and returns those of every position so far, slot j holding
 position j. Greedy generation is here in two forms: recomputing the whole sequence at
-every step, and prefill + decode steps through any such cache; both give the same
-tokens.
+every step, and prefill + decode steps through any such cache; both
+give the same tokens.
 """
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def max_concurrent_sequences(
     """How many sequences of `context_len` tokens fit in the KV cache of one device.
 
     The budget is `utilization` of the device memory (vLLM's default is 0.9; the rest is
-    for activations and the runtime) minus the weights (in `weight_dtype`, default
-    `dtype`).
+    for activations and the runtime) minus the weights (in
+    `weight_dtype`, default `dtype`).
     """
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")

@@ -91,8 +91,8 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None = None,
     `scaling` is a HF-style dict with "rope_type" (or the older key "type"):
       None / "default": plain RoPE;
       "linear": all frequencies divided by `factor` (position interpolation);
-      "llama3": Llama 3.1's rule, which only slows down the low frequencies (long
-      wavelengths).
+      "llama3": Llama 3.1's rule, which only slows down the low
+      frequencies (long wavelengths).
     """
     if head_dim % 2:
         raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")

@@ -219,8 +219,8 @@ class Transformer(nn.Module):
         output projection is a real matmul; only the input lookup is free) and leaves
         out norms and biases (O(dim) work). The second term is q.k^T and weights.v: 2
         FLOPs per (key, head, dim) each. context_len=0 gives the 2N rule. Prefill of S
-        tokens with a kernel that computes the full S x S scores costs S *
-        flops_per_token(S).
+        tokens with a kernel that computes the full S x S scores costs S
+        * flops_per_token(S).
         """
         matmul_weights = sum(
             m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear)

@@ -199,8 +199,8 @@ class PagedKVCache:
         """Grow the block tables so that each sequence can hold lengths[seq_id] tokens.
 
         All or nothing: if the pool cannot cover every request, PoolExhaustedError is
-        raised and no block is taken, so a scheduler can retry later or pause a
-        sequence.
+        raised and no block is taken, so a scheduler can retry later
+        or pause a sequence.
         """
         bs = self.block_size
         needed = {

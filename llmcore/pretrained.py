@@ -154,8 +154,8 @@ def train(
     loss curve, seconds).
 
     `evaluate(model) -> nats/token` (e.g. held-out cross-entropy) runs every
-    `eval_every` steps and after the last one; its value joins the loss curve as
-    "heldout".
+    `eval_every` steps and after the last one; its value joins the
+    loss curve as "heldout".
     """
     seed_everything(recipe.seed)
     model = Transformer(cfg).to(device)
@@ -164,10 +164,8 @@ def train(
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": recipe.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
+        [{"params": decay, "weight_decay": recipe.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
         lr=recipe.lr,
         betas=(0.9, 0.95),
     )
@@ -194,11 +192,8 @@ def train(
         last = step == recipe.steps - 1
         if step % log_every == 0 or last:
             elapsed = time.perf_counter() - start
-            point = {
-                "step": step,
-                "loss": round(loss.item(), 4),
-                "seconds": round(elapsed, 1),
-            }
+            point = {"step": step, "loss": round(loss.item(), 4),
+                     "seconds": round(elapsed, 1)}
             tok_s = (step + 1) * recipe.batch * recipe.seq_len / elapsed
             if evaluate is not None and eval_every and (step % eval_every == 0 or last):
                 point["heldout"] = round(evaluate(model.eval()), 4)

@@ -181,8 +181,8 @@ def measure_matmul_flops(
     """FLOP/s of a square matrix product on `device` in `dtype`: the compute ceiling.
 
     A size x size product costs 2 * size**3 FLOPs. The default size (1024 on a CPU, 8192
-    on a GPU) is large enough to keep every core busy and small enough to run in a
-    blink.
+    on a GPU) is large enough to keep every core busy and small
+    enough to run in a blink.
     """
     device = pick_device(device)
     dtype = resolve_dtype(dtype, device)
@@ -205,8 +205,8 @@ def measure_copy_bandwidth(
 
     Copying N bytes reads N and writes N, so 2N bytes are counted (STREAM's convention).
     The buffer (128 MiB on a CPU, 1 GiB on a GPU by default) is larger than most caches,
-    so the bytes come from and go to main memory: work whose data fits in cache can run
-    faster.
+    so the bytes come from and go to main memory: work whose data fits in
+    cache can run faster.
     """
     device = pick_device(device)
     n = nbytes or (2**27 if device.type == "cpu" else 2**30)

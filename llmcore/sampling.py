@@ -353,8 +353,8 @@ class Sampler:
     its own SamplingParams.
 
     Rows without their own generator draw from one shared stream: seeded by `seed`, or
-    torch's global generator when seed is None (so torch.manual_seed reproduces a whole
-    batch).
+    torch's global generator when seed is None (so torch.manual_seed
+    reproduces a whole batch).
     """
 
     def __init__(self, seed: int | None = None):
@@ -374,8 +374,8 @@ class Sampler:
 
         Penalties (repetition, presence/frequency, bias) change what the model prefers;
         warpers (temperature, top-k, top-p, min-p) only shape the randomness, so greedy
-        rows skip them. A row whose value is the "off" value is left unchanged by that
-        processor.
+        rows skip them. A row whose value is the "off" value is left
+        unchanged by that processor.
         """
         def column(name, dtype=torch.float32):
             return torch.tensor(
