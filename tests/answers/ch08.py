@@ -1,8 +1,9 @@
-"""Answers for the chapter 08 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+"""Answers for the chapter 08 checkers: one correct, several wrong (used by
+tests/test_exercises.py)."""
 
 
 def _safe(text, stops, mode="ok"):
-    if mode == "fixed":  # vLLM's conservative rule: safe, but holds back more than needed
+    if mode == "fixed":  # vLLM's conservative rule: safe, but holds back too much
         return max(0, len(text) - (max(map(len, stops), default=1) - 1))
     if mode == "first_stop":
         stops = stops[:1]
@@ -16,19 +17,25 @@ def _safe(text, stops, mode="ok"):
 
 def _bytes_safe(text, stops):
     data = text.encode()
-    held = max((k for s in stops for k in range(1, len(s.encode())) if data.endswith(s.encode()[:k])), default=0)
+    held = max((k for s in stops for k in range(1, len(s.encode()))
+                if data.endswith(s.encode()[:k])), default=0)
     return len(data) - held
 
 
-def _latency(start, times, mode="ok"):
-    ttft = times[0] - start
-    if len(times) == 1:
-        return ttft, None
-    if mode == "over_n":
-        return ttft, (times[-1] - times[0]) / len(times)
-    if mode == "from_start":
-        return ttft, (times[-1] - start) / len(times)
-    return ttft, (times[-1] - times[0]) / (len(times) - 1)
+def _reply_end(draws, stop_ids, min_tokens, max_tokens, mode="ok"):
+    for n, token in enumerate(draws, 1):
+        if mode == "length_first" and n >= max_tokens:
+            return n, "length", None
+        may_stop = n >= min_tokens if mode == "min_off_by_one" else n > min_tokens
+        if mode == "no_min_tokens":
+            may_stop = True
+        if token in stop_ids and may_stop:
+            if mode == "stop_not_counted":
+                return n - 1, "stop", token
+            return n, "stop", None if mode == "no_stop_reason" else token
+        if n >= max_tokens:
+            return n, "length", None
+    return len(draws), None, None
 
 
 def _bill(usages, pin, pout, mode="ok"):
@@ -36,9 +43,8 @@ def _bill(usages, pin, pout, mode="ok"):
         pin, pout = pout, pin
     if mode == "total_at_input":
         return sum(u.total_tokens for u in usages) * pin / 1e6
-    if mode == "per_thousand":
-        return sum(u.prompt_tokens * pin + u.completion_tokens * pout for u in usages) / 1e3
-    return sum(u.prompt_tokens * pin + u.completion_tokens * pout for u in usages) / 1e6
+    total = sum(u.prompt_tokens * pin + u.completion_tokens * pout for u in usages)
+    return total / (1e3 if mode == "per_thousand" else 1e6)
 
 
 #: checker name -> (a correct answer, wrong answers it must reject)
@@ -47,11 +53,13 @@ ANSWERS = {
         _safe,
         [lambda t, s: _safe(t, s, "fixed"), lambda t, s: _safe(t, s, "first_stop"),
          lambda t, s: _safe(t, s, "shortest"), _bytes_safe, lambda t, s: len(t)]),
-    "ch08.check_latency": (
-        _latency,
-        [lambda a, t: _latency(a, t, "over_n"), lambda a, t: _latency(a, t, "from_start")]),
+    "ch08.check_reply_end": (
+        _reply_end,
+        [lambda d, s, m, x, mode=mode: _reply_end(d, s, m, x, mode)
+         for mode in ("length_first", "min_off_by_one", "no_min_tokens",
+                      "stop_not_counted", "no_stop_reason")]),
     "ch08.check_bill": (
         _bill,
-        [lambda u, a, b: _bill(u, a, b, "swapped"), lambda u, a, b: _bill(u, a, b, "total_at_input"),
-         lambda u, a, b: _bill(u, a, b, "per_thousand")]),
+        [lambda u, a, b, mode=mode: _bill(u, a, b, mode)
+         for mode in ("swapped", "total_at_input", "per_thousand")]),
 }
