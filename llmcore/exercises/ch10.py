@@ -10,38 +10,45 @@ from . import Case, Verdict, checker, report, run_cases
 
 @checker
 def check_expected_tokens_per_pass(fn: Callable) -> Verdict:
-    """`fn(alpha, k)` -> expected tokens per target pass when each of k guesses is accepted with
-    probability alpha, independently, until the first rejection (plus the target's own token)."""
+    """`fn(alpha, k)` -> expected tokens per target pass when each of k guesses is
+    accepted with probability alpha, independently, until the first rejection (plus
+    the target's own token)."""
     def expected(alpha, k):
         return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
-    args = [(0.0, 4), (0.5, 1), (0.5, 4), (0.8, 4), (0.8, 8), (0.95, 16), (1.0, 4), (0.3, 2)]
-    return report(run_cases("Exercise 10.1 (expected_tokens_per_pass)", fn,
-                            [Case(a, expected(*a)) for a in args],
-                            hint="guess i survives only if guesses 1..i all do: probability alpha**i; "
-                                 "add the one token the target always contributes (alpha = 1: k + 1)."))
+    args = [(0.0, 4), (0.5, 1), (0.5, 4), (0.8, 4), (0.8, 8), (0.95, 16), (1.0, 4),
+            (0.3, 2)]
+    return report(run_cases(
+        "Exercise 10.1 (expected_tokens_per_pass)", fn,
+        [Case(a, expected(*a)) for a in args],
+        hint="guess i survives only if guesses 1..i all do: probability alpha**i; add "
+             "the one token the target always contributes (alpha = 1: k + 1)."))
 
 
 @checker
 def check_greedy_accept(fn: Callable) -> Verdict:
-    """`fn(target_choices, draft_tokens)` -> (accepted, next_token), with target_choices the
-    target's argmax at each of the k + 1 positions and draft_tokens the k guesses."""
+    """`fn(target_choices, draft_tokens)` -> (accepted, next_token), with
+    target_choices the target's argmax at each of the k + 1 positions and draft_tokens
+    the k guesses."""
     cases = [
-        Case(([5, 6, 7, 8], [5, 6, 7]), (3, 8)),     # every guess right: a bonus token
-        Case(([5, 6, 7, 8], [5, 9, 7]), (1, 6)),     # second guess wrong: the target's 6 replaces it
-        Case(([5, 6, 7, 8], [4, 6, 7]), (0, 5)),     # first guess wrong, although the later ones match
+        Case(([5, 6, 7, 8], [5, 6, 7]), (3, 8)),  # every guess right: a bonus token
+        Case(([5, 6, 7, 8], [5, 9, 7]), (1, 6)),  # 2nd guess wrong: the target's 6
+        Case(([5, 6, 7, 8], [4, 6, 7]), (0, 5)),  # 1st wrong, though later ones match
         Case(([1, 2], [1]), (1, 2)),
         Case(([3, 3, 3, 3, 3], [3, 3, 0, 3]), (2, 3)),
     ]
-    return report(run_cases("Exercise 10.2 (greedy_accept)", fn, cases,
-                            compare=lambda got, exp: tuple(got) == exp,
-                            hint="walk the guesses in order and stop at the first one that differs from the "
-                                 "target's choice; the next token is the target's choice at that position."))
+    return report(run_cases(
+        "Exercise 10.2 (greedy_accept)", fn, cases,
+        compare=lambda got, exp: tuple(got) == exp,
+        hint="walk the guesses in order and stop at the first one that differs from "
+             "the target's choice; the next token is the target's choice at that "
+             "position."))
 
 
 @checker
 def check_residual(fn: Callable) -> Verdict:
-    """`fn(p, q)` -> max(0, p - q) normalised to sum to 1 (1-D tensors), or p itself when p == q."""
+    """`fn(p, q)` -> max(0, p - q) normalised to sum to 1 (1-D tensors), or p itself
+    when p == q."""
     def expected(p, q):
         r = (p - q).clamp(min=0)
         return r / r.sum() if r.sum() > 0 else p
@@ -50,11 +57,16 @@ def check_residual(fn: Callable) -> Verdict:
         ([0.5, 0.3, 0.2, 0.0], [0.2, 0.2, 0.2, 0.4]),
         ([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]),
         ([0.0, 1.0], [1.0, 0.0]),
-        ([0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),   # the draft is exact: nothing is ever rejected
+        ([0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),  # an exact draft: nothing is rejected
     ]
-    cases = [Case((torch.tensor(p), torch.tensor(q)), expected(torch.tensor(p), torch.tensor(q))) for p, q in pairs]
-    return report(run_cases("Exercise 10.3 (residual)", fn, cases,
-                            compare=lambda got, exp: isinstance(got, torch.Tensor) and got.shape == exp.shape
-                            and torch.allclose(got.float(), exp, atol=1e-6),
-                            hint="clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
-                                 "distributions are equal, so return p."))
+    cases = [Case((torch.tensor(p), torch.tensor(q)),
+                  expected(torch.tensor(p), torch.tensor(q))) for p, q in pairs]
+
+    def compare(got, exp) -> bool:
+        return (isinstance(got, torch.Tensor) and got.shape == exp.shape
+                and torch.allclose(got.float(), exp, atol=1e-6))
+
+    return report(run_cases(
+        "Exercise 10.3 (residual)", fn, cases, compare=compare,
+        hint="clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
+             "distributions are equal, so return p."))

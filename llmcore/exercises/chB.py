@@ -18,31 +18,36 @@ def _layers(sizes, n_in, bias, seed):
 
 @checker
 def check_stack_weights(fn: Callable) -> Verdict:
-    """`fn(weights, biases)` -> (weight, bias): one product x @ weight.T + bias gives the
-    outputs of every layer side by side, in order; bias is None when the layers have none."""
+    """`fn(weights, biases)` -> (weight, bias): one product x @ weight.T + bias gives
+    the outputs of every layer side by side, in order; bias is None when the layers
+    have none."""
     def same_outputs(sizes, bias, seed):
         def test() -> bool:
             weights, biases, x = _layers(sizes, 8, bias, seed)
             weight, fused_bias = fn(weights, biases)
             if not bias and fused_bias is not None:
                 return False
-            expected = torch.cat([F.linear(x, w, b) for w, b in zip(weights, biases)], dim=-1)
+            expected = torch.cat([F.linear(x, w, b) for w, b in zip(weights, biases)],
+                                 dim=-1)
             got = F.linear(x, weight, fused_bias)
-            return got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5)
+            return (got.shape == expected.shape
+                    and torch.allclose(got, expected, atol=1e-5))
         return test
 
     return report(run_checks("Exercise B.1 (stack_weights)", [
         ("q, k and v of sizes 8, 4, 4 with biases: one product, outputs in that order",
          same_outputs([8, 4, 4], True, 0)),
-        ("gate and up of size 12 without bias: bias must be None", same_outputs([12, 12], False, 1)),
+        ("gate and up of size 12 without bias: bias must be None",
+         same_outputs([12, 12], False, 1)),
         ("a single layer stacks to itself", same_outputs([5], True, 2)),
     ]))
 
 
 @checker
 def check_attend_one_query(fn: Callable) -> Verdict:
-    """`fn(q, keys, values)`: one token's attention, q (n_heads, hd) over keys and values
-    (n_kv_heads, slots, hd); query head j reads key/value head j // (n_heads // n_kv_heads)."""
+    """`fn(q, keys, values)`: one token's attention, q (n_heads, hd) over keys and
+    values (n_kv_heads, slots, hd); query head j reads key/value head
+    j // (n_heads // n_kv_heads)."""
     def matches(n_heads, n_kv, slots, hd, seed):
         def test() -> bool:
             gen = torch.Generator().manual_seed(seed)
@@ -57,18 +62,21 @@ def check_attend_one_query(fn: Callable) -> Verdict:
         return test
 
     return report(run_checks("Exercise B.2 (attend_one_query)", [
-        ("one head, one key/value head, 5 slots (plain attention)", matches(1, 1, 5, 8, 0)),
+        ("one head, one key/value head, 5 slots (plain attention)",
+         matches(1, 1, 5, 8, 0)),
         ("4 heads, 4 key/value heads (multi-head)", matches(4, 4, 7, 8, 1)),
         ("8 heads sharing 2 key/value heads: heads 0-3 read kv head 0, 4-7 kv head 1",
          matches(8, 2, 6, 16, 2)),
-        ("scores are scaled by 1 / sqrt(head_dim) before the softmax", matches(2, 1, 3, 64, 3)),
+        ("scores are scaled by 1 / sqrt(head_dim) before the softmax",
+         matches(2, 1, 3, 64, 3)),
     ]))
 
 
 @checker
 def check_slots_attended(fn: Callable) -> Verdict:
-    """`fn(position, sliding_window)` -> (start, stop): the earlier cache slots a decode step
-    at `position` reads; its own key is not among them (the step computes it)."""
+    """`fn(position, sliding_window)` -> (start, stop): the earlier cache slots a
+    decode step at `position` reads; its own key is not among them (the step computes
+    it)."""
     cases = [
         Case((9, None), (0, 9)),
         Case((0, None), (0, 0)),
@@ -77,8 +85,8 @@ def check_slots_attended(fn: Callable) -> Verdict:
         Case((3, 4), (0, 3)),
         Case((100, 1), (100, 100)),
     ]
-    return report(run_cases("Exercise B.3 (slots_attended)", fn, cases,
-                            compare=lambda got, exp: tuple(got) == exp if isinstance(
-                                got, (tuple, list)) else False,
-                            hint="a window of w covers the new token and the w - 1 before it; "
-                                 "never start below slot 0, and stop before the new position."))
+    return report(run_cases(
+        "Exercise B.3 (slots_attended)", fn, cases,
+        compare=lambda got, exp: isinstance(got, (tuple, list)) and tuple(got) == exp,
+        hint="a window of w covers the new token and the w - 1 before it; never start "
+             "below slot 0, and stop before the new position."))
