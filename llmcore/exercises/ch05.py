@@ -1,45 +1,83 @@
 """Checkers for the exercises of chapter 05 (prefill and decode). Hand-written."""
 from __future__ import annotations
 
+import copy
 import math
+from fractions import Fraction
 from typing import Callable
+
+from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, attention_flops, decode_cost,
+                             kv_bytes_per_token, matmul_weights)
 
 from . import Case, Verdict, approx_equal, checker, report, run_cases
 
 
+def _shape(name: str):
+    """MODEL_SHAPES[name], printed by name in a verdict rather than field by field."""
+    cfg = MODEL_SHAPES[name]
+    named = type("ModelShape", (type(cfg),),
+                 {"__repr__": lambda self: f"MODEL_SHAPES[{name!r}]"})
+    shape = copy.copy(cfg)
+    object.__setattr__(shape, "__class__", named)
+    return shape
+
+
+def _ridge(gpu: str) -> float:
+    return ACCELERATORS[gpu].peak_flops / ACCELERATORS[gpu].bandwidth
+
+
 @checker
 def check_decode_intensity(fn: Callable) -> Verdict:
-    """`fn(n_params, batch, bytes_per_param)` -> FLOPs per byte of a decode step: 2 * batch / bytes_per_param."""
-    cases = [
-        Case((1_000_000, 1, 4), 0.5),
-        Case((8_000_000_000, 1, 2), 1.0),
-        Case((8_000_000_000, 64, 2), 64.0),
-        Case((70_000_000_000, 16, 1), 32.0),
-        Case((135_000_000, 3, 4), 1.5),
-    ]
-    return report(run_cases("Exercise 5.1 (decode_intensity)", fn, cases,
-                            hint="FLOPs = 2 * n_params * batch (every sequence's token meets every weight); "
-                                 "bytes = n_params * bytes_per_param (the weights are read once per step)."))
+    """`fn(cfg, context_len, batch, dtype_bytes)` -> FLOPs per byte of one decode step,
+    KV cache reads and writes and attention FLOPs included (as decode_cost counts)."""
+    cases = [Case((_shape(name), context, batch, 2),
+                  decode_cost(MODEL_SHAPES[name], context, batch, dtype=2).intensity)
+             for name, context, batch in [
+                 ("Llama-3.1-8B", 0, 1), ("Llama-3.1-8B", 1000, 1),
+                 ("Llama-3.1-8B", 1000, 64), ("Llama-2-7B", 4000, 16),
+                 ("SmolLM2-135M", 100, 8), ("Qwen2.5-7B", 32000, 4)]]
+    return report(run_cases(
+        "Exercise 5.1 (decode_intensity)", fn, cases,
+        compare=lambda got, exp: approx_equal(got, exp, rel=1e-9),
+        hint="count what forward_cost counts for one new token per sequence: it sees "
+             "context_len + 1 keys, itself included; the weights are read once per "
+             "step, but each sequence reads its own cache and writes its new token's "
+             "keys and values."))
+
+
+def _batch_to_ridge(cfg, context_len: int, dtype_bytes: int, ridge: float):
+    flops = 2 * matmul_weights(cfg) + attention_flops(cfg, 1, context_len)
+    kv = (context_len + 1) * kv_bytes_per_token(cfg, dtype_bytes)
+    weights, ridge = matmul_weights(cfg) * dtype_bytes, Fraction(ridge)
+    if flops <= ridge * kv:
+        return None
+    return math.ceil(ridge * weights / (flops - ridge * kv))
 
 
 @checker
-def check_attainable(fn: Callable) -> Verdict:
-    """`fn(peak_flops, bandwidth, intensity)` -> min(peak_flops, bandwidth * intensity)."""
-    cases = [
-        Case((100e12, 1e12, 1.0), 1e12),        # memory-bound: bandwidth x intensity
-        Case((100e12, 1e12, 1000.0), 100e12),   # compute-bound: the flat roof
-        Case((100e12, 1e12, 100.0), 100e12),    # exactly at the ridge
-        Case((989e12, 3.35e12, 0.5), 1.675e12),
-        Case((80e9, 40e9, 8.0), 80e9),
-    ]
-    return report(run_cases("Exercise 5.2 (attainable)", fn, cases,
-                            hint="below the ridge, memory delivers bandwidth * intensity FLOP/s; "
-                                 "above it, the arithmetic peak caps it: take the smaller of the two."))
+def check_batch_to_ridge(fn: Callable) -> Verdict:
+    """`fn(cfg, context_len, dtype_bytes, ridge)` -> the smallest batch whose decode
+    step reaches `ridge` FLOP/byte, or None when no batch, however large, does."""
+    specs = [("Llama-3.1-8B", 0, "H100"), ("Llama-3.1-8B", 100, "H100"),
+             ("Llama-3.1-8B", 1000, "H100"), ("Qwen2.5-7B", 1000, "A100"),
+             ("Llama-2-7B", 100, "H200"), ("SmolLM2-135M", 100, "A100"),
+             ("Llama-3.1-70B", 1000, "L4")]
+    cases = [Case((_shape(m), c, 2, _ridge(g)),
+                  _batch_to_ridge(MODEL_SHAPES[m], c, 2, _ridge(g)))
+             for m, c, g in specs]
+    return report(run_cases(
+        "Exercise 5.2 (batch_to_ridge)", fn, cases,
+        compare=lambda got, exp: got == exp and type(got) is type(exp),
+        hint="each sequence adds f FLOPs and k bytes of KV cache to a step that "
+             "reads the weights once (W bytes): intensity(B) = B f / (W + B k) grows "
+             "towards f / k. If f / k <= ridge, no batch gets there (None); else solve "
+             "B f >= ridge (W + B k) for the smallest int B."))
 
 
 @checker
 def check_latency_floors(fn: Callable) -> Verdict:
-    """`fn(n_params, bytes_per_param, prompt_len, peak_flops, bandwidth)` -> (ttft, tpot) lower bounds."""
+    """`fn(n_params, bytes_per_param, prompt_len, peak_flops, bandwidth)` -> (ttft,
+    tpot) lower bounds."""
     def compare(got, expected) -> bool:
         return (isinstance(got, (tuple, list)) and len(got) == 2
                 and all(isinstance(g, (int, float)) and math.isfinite(g) for g in got)
@@ -50,6 +88,7 @@ def check_latency_floors(fn: Callable) -> Verdict:
 
     cases = [case(8e9, 2, 2000, 989e12, 3.35e12), case(1e9, 4, 100, 1e12, 1e11),
              case(70e9, 2, 8000, 312e12, 2.039e12), case(135e6, 4, 512, 7e10, 3.8e10)]
-    return report(run_cases("Exercise 5.3 (latency_floors)", fn, cases, compare=compare,
-                            hint="ttft = 2 * n_params * prompt_len / peak_flops (compute-bound prefill); "
-                                 "tpot = n_params * bytes_per_param / bandwidth (memory-bound decode)."))
+    return report(run_cases(
+        "Exercise 5.3 (latency_floors)", fn, cases, compare=compare,
+        hint="ttft = 2 * n_params * prompt_len / peak_flops (compute-bound prefill); "
+             "tpot = n_params * bytes_per_param / bandwidth (memory-bound decode)."))

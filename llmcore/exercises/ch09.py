@@ -20,37 +20,70 @@ def _continuous(lengths, batch):
     return steps
 
 
-_WORKLOADS = [([5, 3, 8, 1], 2), ([100, 1, 1, 1] * 4, 4), ([4] * 8, 4), ([7], 3), ([2, 9, 4, 4, 1, 6, 3], 3),
-              ([1, 1, 1, 1, 1], 1), ([10, 1, 1, 1, 1, 1, 1, 1, 1, 1], 2)]
+_WORKLOADS = [([5, 3, 8, 1], 2), ([100, 1, 1, 1] * 4, 4), ([4] * 8, 4), ([7], 3),
+              ([2, 9, 4, 4, 1, 6, 3], 3), ([1, 1, 1, 1, 1], 1),
+              ([10, 1, 1, 1, 1, 1, 1, 1, 1, 1], 2)]
 
 
 @checker
 def check_static_steps(fn: Callable) -> Verdict:
-    """`fn(lengths, batch)` -> decode steps of static batching (each batch runs to its longest)."""
-    return report(run_cases("Exercise 9.1 (static_steps)", fn,
-                            [Case((list(lengths), batch), _static(lengths, batch)) for lengths, batch in _WORKLOADS],
-                            compare=lambda got, exp: got == exp,
-                            hint="cut the list into consecutive groups of `batch`; each group costs its longest "
-                                 "request (the last group may be smaller)."))
+    """`fn(lengths, batch)` -> decode steps of static batching (each batch runs to its
+    longest)."""
+    cases = [Case((list(lengths), batch), _static(lengths, batch))
+             for lengths, batch in _WORKLOADS]
+    return report(run_cases(
+        "Exercise 9.1 (static_steps)", fn, cases, compare=lambda got, exp: got == exp,
+        hint="cut the list into consecutive groups of `batch`; each group costs its "
+             "longest request (the last group may be smaller)."))
 
 
 @checker
 def check_continuous_steps(fn: Callable) -> Verdict:
-    """`fn(lengths, batch)` -> decode steps of continuous batching (slots refilled every step)."""
-    return report(run_cases("Exercise 9.2 (continuous_steps)", fn,
-                            [Case((list(lengths), batch), _continuous(lengths, batch))
-                             for lengths, batch in _WORKLOADS],
-                            compare=lambda got, exp: got == exp,
-                            hint="simulate: fill free slots from the front of the queue, advance every running "
-                                 "request by one step, drop the finished ones, count the steps."))
+    """`fn(lengths, batch)` -> decode steps of continuous batching (slots refilled every
+    step)."""
+    cases = [Case((list(lengths), batch), _continuous(lengths, batch))
+             for lengths, batch in _WORKLOADS]
+    return report(run_cases(
+        "Exercise 9.2 (continuous_steps)", fn, cases,
+        compare=lambda got, exp: got == exp,
+        hint="simulate: fill free slots from the front of the queue, advance every "
+             "running request by one step, drop the finished ones, count the steps."))
+
+
+def _admit(waiting, running, num_free, max_batch, block_size):
+    """How many requests Engine._admit takes from the front of the queue."""
+    free = num_free - sum(need - taken for need, taken in running)
+    admitted = 0
+    for prompt_len, max_tokens in waiting:
+        need = -(-(prompt_len + max_tokens) // block_size)
+        if len(running) + admitted >= max_batch or need > free:
+            break
+        free -= need
+        admitted += 1
+    return admitted
 
 
 @checker
-def check_blocks_needed(fn: Callable) -> Verdict:
-    """`fn(prompt_len, max_tokens, block_size)` -> ceil((prompt_len + max_tokens) / block_size)."""
-    args = [(10, 6, 16), (10, 7, 16), (1, 0, 16), (100, 156, 16), (3, 5, 4), (1000, 24, 1)]
-    return report(run_cases("Exercise 9.3 (blocks_needed)", fn,
-                            [Case(a, -(-(a[0] + a[1]) // a[2])) for a in args],
-                            compare=lambda got, exp: type(got) is int and got == exp,
-                            hint="every prompt and output token needs a slot; round the number of blocks up, as "
-                                 "an int."))
+def check_admit(fn: Callable) -> Verdict:
+    """`fn(waiting, running, num_free, max_batch, block_size)` -> how many waiting
+    requests, from the front, one engine step admits."""
+    args = [
+        ([(10, 6)], [], 10, 4, 16),                    # 16 tokens: one block
+        ([(10, 7)], [], 1, 4, 16),                     # 17 tokens need 2 blocks
+        ([(4, 4)] * 5, [(1, 1), (1, 1)], 100, 4, 16),  # 2 slots left in the batch
+        ([(100, 100), (4, 4)], [], 10, 8, 16),         # first come, first served
+        ([(20, 12)], [(4, 1), (3, 3)], 4, 8, 16),      # 3 free blocks are promised
+        ([(16, 16)] * 3, [], 5, 8, 16),                # each admission uses blocks
+        ([(3, 5), (1, 1)], [(10, 4)], 20, 3, 1),
+        ([], [(2, 2)], 50, 4, 16),                     # nothing waits
+    ]
+    cases = [Case((list(w), list(r), f, b, s), _admit(w, r, f, b, s))
+             for w, r, f, b, s in args]
+    return report(run_cases(
+        "Exercise 9.3 (admit)", fn, cases,
+        compare=lambda got, exp: type(got) is int and got == exp,
+        hint="free = num_free minus what running requests were promised but have not "
+             "taken; then, from the front of the queue, admit while the batch has a "
+             "slot and the request's ceil((prompt_len + max_tokens) / block_size) "
+             "blocks fit; stop at the first that does not (no later request may "
+             "pass it)."))

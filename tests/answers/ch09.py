@@ -1,4 +1,5 @@
-"""Answers for the chapter 09 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+"""Answers for the chapter 09 checkers: one correct, several wrong (used by
+tests/test_exercises.py)."""
 
 
 def _static(lengths, batch):
@@ -16,19 +17,39 @@ def _continuous(lengths, batch, refill=True):
     return steps
 
 
+def _admit(waiting, running, num_free, max_batch, block_size, mode="ok"):
+    free = num_free
+    if mode != "ignores_promises":
+        free -= sum(need - taken for need, taken in running)
+    admitted = 0
+    for prompt_len, max_tokens in waiting:
+        tokens = prompt_len if mode == "prompt_only" else prompt_len + max_tokens
+        need = tokens // block_size if mode == "floor" else -(-tokens // block_size)
+        if mode != "no_batch_cap" and len(running) + admitted >= max_batch:
+            break
+        if need > free:
+            if mode == "skips_ahead":  # a later, smaller request passes the blocked one
+                continue
+            break
+        if mode != "never_subtracts":
+            free -= need
+        admitted += 1
+    return admitted
+
+
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
     "ch09.check_static_steps": (
         _static,
-        [lambda lengths, batch: -(-sum(lengths) // batch),          # as if batches never idled
-         lambda lengths, batch: max(lengths) * -(-len(lengths) // batch)]),  # every batch as long as the longest
+        [lambda lengths, batch: -(-sum(lengths) // batch),  # as if batches never idled
+         lambda lengths, batch: max(lengths) * -(-len(lengths) // batch)]),  # longest
     "ch09.check_continuous_steps": (
         _continuous,
-        [lambda lengths, batch: _continuous(lengths, batch, refill=False),  # that is static batching
-         lambda lengths, batch: max(max(lengths), -(-sum(lengths) // batch))]),  # a bound, not the schedule
-    "ch09.check_blocks_needed": (
-        lambda p, m, bs: -(-(p + m) // bs),
-        [lambda p, m, bs: (p + m) // bs,                 # rounds down
-         lambda p, m, bs: -(-p // bs),                   # forgot the output tokens
-         lambda p, m, bs: (p + m) / bs]),                # not a whole number of blocks
+        [lambda lengths, batch: _continuous(lengths, batch, refill=False),  # static
+         lambda lengths, batch: max(max(lengths), -(-sum(lengths) // batch))]),
+    "ch09.check_admit": (
+        _admit,
+        [lambda w, r, f, b, s, mode=mode: _admit(w, r, f, b, s, mode)
+         for mode in ("ignores_promises", "prompt_only", "floor", "no_batch_cap",
+                      "skips_ahead", "never_subtracts")]),
 }
