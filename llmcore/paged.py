@@ -89,8 +89,8 @@ class PagedKVCache:
     through block tables.
 
     Storage: one tensor (n_layers, 2, n_kv_heads, num_blocks * block_size, head_dim);
-    token position p of a sequence lives in slot table[p // block_size] * block_size + p
-    % block_size.
+    token position p of a sequence lives in slot
+    table[p // block_size] * block_size + p % block_size.
     """
 
     def __init__(
@@ -103,10 +103,8 @@ class PagedKVCache:
         allocator: BlockAllocator | None = None,
     ):
         self.allocator = allocator or BlockAllocator(num_blocks, block_size)
-        if (self.allocator.num_blocks, self.allocator.block_size) != (
-            num_blocks,
-            block_size,
-        ):
+        if ((self.allocator.num_blocks, self.allocator.block_size)
+                != (num_blocks, block_size)):
             raise ValueError("the allocator's num_blocks and block_size "
                              "must match the cache's")
         device = pick_device(device)
@@ -181,18 +179,10 @@ class PagedKVCache:
             1, self._write_slots, v.transpose(0, 1).reshape(h, b * s, d)
         )
         n = self._read_slots.shape[1]
-        keys = (
-            layer[0]
-            .index_select(1, self._read_slots.flatten())
-            .view(h, b, n, d)
-            .transpose(0, 1)
-        )
-        values = (
-            layer[1]
-            .index_select(1, self._read_slots.flatten())
-            .view(h, b, n, d)
-            .transpose(0, 1)
-        )
+        keys = (layer[0].index_select(1, self._read_slots.flatten()).view(h, b, n, d)
+                .transpose(0, 1))
+        values = (layer[1].index_select(1, self._read_slots.flatten()).view(h, b, n, d)
+                  .transpose(0, 1))
         return keys, values
 
     def reserve(self, lengths: dict[Hashable, int]) -> None:
@@ -261,7 +251,7 @@ class PrefixBlockAllocator(BlockAllocator):
     """A BlockAllocator that also remembers full blocks by hash.
 
     A hashed block whose last user finished is not freed but kept, evictable, in
-    least-recently- used order: a later prompt with the same prefix can take it back
+    least-recently-used order: a later prompt with the same prefix can take it back
     (lookup + incref), and allocate() evicts the least recently used one only when no
     never-hashed block is free.
     """
