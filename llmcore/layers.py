@@ -117,10 +117,8 @@ def _llama3_scale(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     """Llama 3.1 frequency scaling: keep short wavelengths, divide long ones by
     `factor`, blend in between."""
     factor = scaling["factor"]
-    low_freq_factor, high_freq_factor = (
-        scaling["low_freq_factor"],
-        scaling["high_freq_factor"],
-    )
+    low_freq_factor, high_freq_factor = (scaling["low_freq_factor"],
+                                         scaling["high_freq_factor"])
     old_context = scaling["original_max_position_embeddings"]
     # wavelengths above this are slowed by `factor`
     low_freq_wavelen = old_context / low_freq_factor

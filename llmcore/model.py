@@ -21,10 +21,8 @@ from llmcore.layers import (
 ROPE_SCALING_KEYS = {
     "default": (),
     "linear": ("factor",),
-    "llama3": (
-        "factor", "low_freq_factor", "high_freq_factor",
-        "original_max_position_embeddings",
-    ),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings"),
 }
 
 
@@ -61,10 +59,8 @@ class ModelConfig:
     attn_impl: str = "sdpa"
 
     def __post_init__(self):
-        for name in (
-            "vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
-            "max_position_embeddings",
-        ):
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
+                     "max_position_embeddings"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got "
                                  f"{getattr(self, name)!r}")

@@ -110,20 +110,19 @@ class PagedKVCache:
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         self.block_size, self.n_layers = block_size, cfg.n_layers
-        self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads,
-                                num_blocks * block_size, cfg.head_dim, device=device,
-                                dtype=dtype)
+        self.pool = torch.zeros(
+            cfg.n_layers, 2, cfg.n_kv_heads, num_blocks * block_size, cfg.head_dim,
+            device=device, dtype=dtype)
         # sequence id -> physical block of each logical block
         self.tables: dict[Hashable, list[int]] = {}
         # sequence id -> tokens whose keys/values are stored
         self.lengths: dict[Hashable, int] = {}
         # sequence of each batch row in the next forward pass
         self.batch: list[Hashable] = []
-        # Set by begin_forward for the pass in progress (None: no pass has
-        # begun since set_batch):
-        # pool slot of each new token
+        # Set by begin_forward for the pass in progress (None: no pass has begun since
+        # set_batch): the pool slot of each new token, and the (batch, longest) pool
+        # slots to read back.
         self._write_slots: torch.Tensor | None = None
-        # (batch, longest) pool slots to read back
         self._read_slots: torch.Tensor | None = None
 
     @property
@@ -332,10 +331,8 @@ class PrefixCachingKVCache(PagedKVCache):
         device=None,
         dtype=None,
     ):
-        super().__init__(
-            cfg, num_blocks, block_size, device, dtype,
-            PrefixBlockAllocator(num_blocks, block_size),
-        )
+        super().__init__(cfg, num_blocks, block_size, device, dtype,
+                         PrefixBlockAllocator(num_blocks, block_size))
         self.prompts: dict[Hashable, tuple[int, ...]] = {}
         # hashes of the sequence's blocks found or registered
         self.keys: dict[Hashable, list[int]] = {}

@@ -243,11 +243,8 @@ def cross_entropy(
         y = torch.stack([ids[s + 1:e + 1] for s, e, _ in group]).to(device)
         losses = F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none")
         first = torch.tensor([k for *_, k in group], device=device)
-        total += (
-            losses[torch.arange(x.size(1), device=device) >= first[:, None]]
-            .sum()
-            .item()
-        )
+        total += (losses[torch.arange(x.size(1), device=device) >= first[:, None]].sum()
+                  .item())
     return total / n_targets
 
 
