@@ -178,7 +178,7 @@ def train(
             0, len(train_ids) - recipe.seq_len - 1, (recipe.batch,), generator=gen
         )
         batch = torch.stack(
-            [train_ids[o : o + recipe.seq_len + 1] for o in offsets.tolist()]
+            [train_ids[o:o + recipe.seq_len + 1] for o in offsets.tolist()]
         ).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             logits = model(batch[:, :-1])
@@ -230,7 +230,7 @@ def cross_entropy(
         raise ValueError("need at least two tokens to score a next-token prediction")
     device = model.device
     n_targets, windows, scored = len(ids) - 1, [], 0
-    # targets ids[scored + 1 : end + 1] are scored by the window ids[start:end]
+    # targets ids[scored + 1:end + 1] are scored by the window ids[start:end]
     while scored < n_targets:
         end = min(scored + (stride if scored else seq_len), n_targets)
         start = max(0, end - seq_len)
