@@ -18,6 +18,10 @@ before min_tokens, a JSON constraint), takes each new token, and decides when th
 request is over, by the same rules as `generate()`. Given a tokenizer, the engine also
 turns the tokens into text and checks stop strings; its default stop ids then include
 the EOS ids.
+
+A request that raises inside a step (its prefill, its mask, its sampling, its text)
+fails alone: it finishes with finish_reason "error" and its blocks go back to the pool,
+while the other requests of the step go on.
 """
 from __future__ import annotations
 
@@ -44,6 +48,18 @@ class Request:
     params: SamplingParams = field(
         default_factory=lambda: SamplingParams(temperature=0.0))
     constraint: JsonConstraint | None = None
+    # None: no log probabilities; k >= 0: each output token's, and its k best rivals'
+    logprobs: int | None = None
+    prompt_logprobs: bool = False     # also each prompt token's (after the first)
+
+
+@dataclass
+class TokenLogprob:
+    """A token's log probability under the model (its raw logits, before any sampling
+    transform or mask) and the `top` most likely tokens at that position."""
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
 
 
 @dataclass
@@ -59,6 +75,9 @@ class Completion:
     submitted: float
     first_token: float
     finished: float
+    logprobs: list[TokenLogprob] | None = None         # one per output token
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # None for the first
+    error: str | None = None          # why a request with finish_reason "error" failed
 
     @property
     def ttft(self) -> float:
@@ -76,6 +95,18 @@ class _Running:
     request: Request
     reply: Reply
     generator: torch.Generator | None
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+
+
+def _logprobs(logits: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
+    """TokenLogprob of tokens[i] in row i of logits (rows, vocab), with k rivals."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor(tokens, device=logp.device)[:, None])
+    chosen = chosen[:, 0].tolist()
+    top_v, top_i = logp.topk(min(k, logp.shape[-1]), dim=-1)
+    return [TokenLogprob(t, c, list(zip(i, v)))
+            for t, c, i, v in zip(tokens, chosen, top_i.tolist(), top_v.tolist())]
 
 
 class Engine:
@@ -139,6 +170,10 @@ class Engine:
                       self.eos_token_ids, constraint=request.constraint,
                       start=self._now())
         reply.check_vocab(self.model.cfg.vocab_size)
+        if request.logprobs is not None and not (
+                type(request.logprobs) is int and request.logprobs >= 0):
+            raise ValueError(f"{name}: logprobs must be None or an int >= 0, "
+                             f"got {request.logprobs!r}")
         self.waiting.append((request, reply))
 
     def has_work(self) -> bool:
@@ -157,6 +192,17 @@ class Engine:
             self.cache.free_sequence(request_id)
             return True
         return False
+
+    def _fail(self, seq: Hashable, error: Exception, done: list[Completion]) -> None:
+        """End one request that raised: its blocks go back, the others go on."""
+        st = self.running.pop(seq)
+        del self._blocks_held[seq]
+        self.cache.free_sequence(seq)
+        now = self._now()
+        done.append(Completion(seq, st.request.prompt_ids, st.reply.token_ids,
+                               st.reply.text, "error", None, st.reply.start,
+                               (st.reply.times or [now])[0], now,
+                               error=f"{type(error).__name__}: {error}"))
 
     def step(self) -> list[Completion]:
         """Admit what fits, decode one token for every running request, return those
@@ -193,15 +239,24 @@ class Engine:
             self.cache.add_sequence(seq)
             self._blocks_held[seq] = need
             self.cache.set_batch([seq])
-            ids = torch.tensor([request.prompt_ids], device=self.device)
-            positions = torch.arange(len(request.prompt_ids), device=self.device)[None]
-            with torch.inference_mode():  # prefill: the whole prompt in one pass
-                logits = self.model(ids, positions=positions,
-                                    kv_cache=self.cache)[:, -1]
             seed = request.params.seed
             generator = None if seed is None else make_generator(seed, self.device)
-            self.running[seq] = _Running(request, reply, generator)
-            self._append([seq], logits, done)
+            st = self.running[seq] = _Running(request, reply, generator)
+            if request.logprobs is not None:
+                st.logprobs = []
+            try:
+                ids = torch.tensor([request.prompt_ids], device=self.device)
+                positions = torch.arange(len(request.prompt_ids),
+                                         device=self.device)[None]
+                with torch.inference_mode():  # prefill: the whole prompt in one pass
+                    logits = self.model(ids, positions=positions, kv_cache=self.cache)
+                if request.prompt_logprobs:
+                    st.prompt_logprobs = [None] + _logprobs(
+                        logits[0, :-1], request.prompt_ids[1:], request.logprobs or 0)
+            except Exception as error:  # this request fails alone
+                self._fail(seq, error, done)
+                continue
+            self._append([seq], logits[:, -1], done)
 
     def _decode(self, done: list[Completion]) -> None:
         seqs = list(self.running)
@@ -216,26 +271,58 @@ class Engine:
             logits = self.model(tokens, positions=positions, kv_cache=self.cache)[:, -1]
         self._append(seqs, logits, done)
 
-    def _append(self, seqs: list, logits: torch.Tensor, done: list[Completion]) -> None:
+    def _sample(self, seqs: list, logits: torch.Tensor) -> list[int]:
         states = [self.running[s] for s in seqs]
+        return self.sampler(logits, [st.request.params for st in states],
+                            [st.generator for st in states],
+                            [st.request.prompt_ids for st in states],
+                            [st.reply.token_ids for st in states]).tolist()
+
+    def _append(self, seqs: list, logits: torch.Tensor, done: list[Completion]) -> None:
+        raw = dict(zip(seqs, logits))  # the model's logits, for log probabilities
         # Each row masked by its own Reply (stop ids before min_tokens, JSON).
-        logits = torch.stack([st.reply.mask(row)
-                              for row, st in zip(logits.float(), states)])
-        new = self.sampler(logits, [st.request.params for st in states],
-                           [st.generator for st in states],
-                           [st.request.prompt_ids for st in states],
-                           [st.reply.token_ids for st in states])
+        rows = {}
+        for seq, row in zip(seqs, logits.float()):
+            try:
+                rows[seq] = self.running[seq].reply.mask(row)
+            except Exception as error:
+                self._fail(seq, error, done)
+        seqs = list(rows)
+        if not seqs:
+            return
+        try:
+            new = dict(zip(seqs, self._sample(seqs, torch.stack(list(rows.values())))))
+        except Exception:  # find the rows at fault: sample them one at a time
+            new = {}
+            for seq in seqs:
+                try:
+                    new[seq] = self._sample([seq], rows[seq][None])[0]
+                except Exception as error:
+                    self._fail(seq, error, done)
+        wants = [s for s in new if self.running[s].logprobs is not None]
+        if wants:  # log probabilities of the raw logits, as OpenAI and vLLM report them
+            k = max(self.running[s].request.logprobs for s in wants)
+            found = _logprobs(torch.stack([raw[s] for s in wants]),
+                              [new[s] for s in wants], k)
+            for seq, lp in zip(wants, found):
+                lp.top = lp.top[:self.running[seq].request.logprobs]
+                self.running[seq].logprobs.append(lp)
         now = self._now()
-        for seq, st, token in zip(seqs, states, new.tolist()):
+        for seq, token in new.items():
+            st = self.running[seq]
             reply = st.reply
-            reply.add(token, now)
+            try:
+                reply.add(token, now)
+            except Exception as error:
+                self._fail(seq, error, done)
+                continue
             if reply.done:
                 del self.running[seq], self._blocks_held[seq]
                 self.cache.free_sequence(seq)
                 done.append(Completion(seq, st.request.prompt_ids, reply.token_ids,
                                        reply.text, reply.finish_reason,
                                        reply.stop_reason, reply.start, reply.times[0],
-                                       now))
+                                       now, st.logprobs, st.prompt_logprobs))
 
 
-__all__ = ['Request', 'Completion', 'Engine']
+__all__ = ['Request', 'TokenLogprob', 'Completion', 'Engine']

@@ -183,10 +183,19 @@ class Reply:
         self.stop_reason: str | int | None = None
 
     def check_vocab(self, vocab_size: int) -> None:
-        """ValueError if a stop id lies outside a vocabulary of this size."""
+        """ValueError if a stop id, a logit_bias id or top_k does not fit a vocabulary
+        of this size (checked before any step, where they would fail the batch)."""
         if self.stop_ids and max(self.stop_ids) >= vocab_size:
             raise ValueError(f"stop token id {max(self.stop_ids)} is outside the "
                              f"vocabulary [0, {vocab_size}); drop it from the stop ids")
+        bias = self.params.logit_bias
+        if bias and max(bias) >= vocab_size:
+            raise ValueError(f"logit_bias token id {max(bias)} is outside the "
+                             f"vocabulary [0, {vocab_size}); drop it from logit_bias")
+        if self.params.top_k > vocab_size:
+            raise ValueError(f"top_k={self.params.top_k} is larger than the vocabulary "
+                             f"({vocab_size} tokens); use at most {vocab_size}, or 0 "
+                             "(off)")
 
     @property
     def done(self) -> bool:

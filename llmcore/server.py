@@ -2,259 +2,665 @@
 # DO NOT EDIT: edit the `#| export server` cells there, then run `make export`.
 
 
-# %% chapters/09_serving.ipynb § Behind an HTTP endpoint
-"""An OpenAI-style completions endpoint over the engine: POST /v1/completions, answered
-as one JSON object or, with "stream": true, as server-sent events (one `data:` line per
-text delta).
+# %% chapters/09_serving.ipynb § The engine on its own thread
+"""An OpenAI-compatible server over the engine: FastAPI on uvicorn, as vLLM and SGLang
+serve.
 
-One background thread steps the Engine whenever it has work; each HTTP request is
-handled in its own thread, which submits the request and forwards the text that the
-request's Reply (chapter 8) releases, step by step. Stop ids, stop strings, min_tokens
-and max_tokens are applied in the engine, by the same Reply as `generate()`: the server
-has no stop logic of its own. Concurrent HTTP requests share the engine's batched decode
-steps.
+    python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000
+
+Two threads, one rule: only the engine thread touches the Engine. It steps whenever
+there is work and reads new requests and cancellations from a thread-safe inbox between
+steps. Each HTTP request is an asyncio task on uvicorn's event loop: it validates the
+body (llmcore.api), puts its engine requests in the inbox, and reads their progress from
+an asyncio queue that the engine thread feeds after every step. A client that hangs up
+(streaming or not) cancels its requests, and their KV blocks go back to the pool at the
+next step. A request that fails inside a step fails alone (500); the engine goes on.
 """
 from __future__ import annotations
 
-import itertools
+import asyncio
+import hashlib
+import hmac
 import json
 import queue
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import uuid
+from dataclasses import dataclass, replace
 
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi import Request as HTTPRequest
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
+                               Histogram, generate_latest)
+from starlette.exceptions import HTTPException
+
+from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
+                         completion_logprobs, parse_chat, parse_completion, parse_json)
 from llmcore.constrained import JsonConstraint
 from llmcore.engine import Completion, Engine, Request
-from llmcore.sampling import SamplingParams
-from llmcore.tokenizer import Tokenizer
 
 
-class CompletionServer:
-    """Serve `model` over HTTP at `url` (port 0 picks a free port). Use as a context
-    manager, or call start() and close()."""
+class _Events:
+    """One HTTP request's mailbox: the engine thread posts (choice, event) pairs, the
+    request's asyncio task reads them. Events: ("accepted",), ("delta", text,
+    logprobs), ("done", Completion), ("error", APIError)."""
 
-    def __init__(self, model, tokenizer: Tokenizer, *, num_blocks: int = 256,
-                 block_size: int = 16, max_batch: int = 8, model_name: str = "llmcore",
+    def __init__(self, loop: asyncio.AbstractEventLoop, stream: bool):
+        self.loop, self.stream, self.queue = loop, stream, asyncio.Queue()
+
+    def post(self, choice: int, *event) -> None:  # called on the engine thread
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, event))
+        except RuntimeError:  # the event loop is gone: nobody is listening
+            pass
+
+
+@dataclass
+class _Job:
+    """An engine request and where its progress goes."""
+    events: _Events
+    choice: int
+    sent_chars: int = 0   # text already posted
+    sent_logprobs: int = 0
+
+
+class EngineThread:
+    """Steps the Engine on its own thread. Other threads call only submit(), cancel(),
+    alive() and stop()."""
+
+    def __init__(self, engine: Engine, on_finish=None, stall_s: float = 60.0):
+        self.engine, self.on_finish, self.stall_s = engine, on_finish, stall_s
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: dict[str, _Job] = {}
+        self.beat = time.monotonic()     # last time the loop went round
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="llmcore-engine",
+                                       daemon=True)
+
+    def submit(self, request: Request, events: _Events, choice: int) -> None:
+        self.inbox.put(("add", request, _Job(events, choice)))
+
+    def cancel(self, request_id: str) -> None:
+        self.inbox.put(("cancel", request_id, None))
+
+    def alive(self) -> bool:
+        """Running, and stepping: not stuck in one step for stall_s seconds."""
+        return (self.thread.is_alive() and not self._stop.is_set()
+                and time.monotonic() - self.beat < self.stall_s)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.inbox.put(("wake", None, None))
+        self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._read_inbox(wait=not self.engine.has_work())
+                if self.engine.has_work() and not self._stop.is_set():
+                    self._step()
+                self.beat = time.monotonic()
+        except BaseException as error:  # a bug in the loop itself: say so, fail all
+            self.error = error
+            raise
+        finally:
+            for job in self.jobs.values():
+                job.events.post(job.choice, "error",
+                                APIError(503, "the engine stopped; retry later"))
+            self.jobs.clear()
+
+    def _read_inbox(self, wait: bool) -> None:
+        try:
+            item = self.inbox.get(timeout=1.0) if wait else self.inbox.get_nowait()
+            while True:
+                self._handle(*item)
+                item = self.inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _handle(self, kind: str, request, job: _Job | None) -> None:
+        if kind == "add":
+            try:
+                self.engine.add_request(request)
+            except ValueError as err:
+                job.events.post(job.choice, "error", APIError(400, str(err)))
+                return
+            self.jobs[request.request_id] = job
+            job.events.post(job.choice, "accepted")
+        elif kind == "cancel":
+            self.engine.cancel(request)
+            self.jobs.pop(request, None)
+
+    def _step(self) -> None:
+        try:
+            finished = self.engine.step()
+        except Exception as error:  # the batched pass itself failed: fail its requests
+            finished = []
+            for request_id in list(self.engine.running):
+                self.engine.cancel(request_id)
+                job = self.jobs.pop(request_id, None)
+                if job is not None:
+                    job.events.post(job.choice, "error", APIError(
+                        500, f"the engine step failed: {type(error).__name__}: "
+                             f"{error}"))
+        for request_id, state in self.engine.running.items():
+            job = self.jobs.get(request_id)
+            if job is not None and job.events.stream:
+                self._forward(job, state.reply.released, state.logprobs)
+        for completion in finished:
+            job = self.jobs.pop(completion.request_id, None)
+            if job is None:
+                continue
+            self._forward(job, completion.text, completion.logprobs)
+            job.events.post(job.choice, "done", completion)
+            if self.on_finish is not None:
+                self.on_finish(completion)
+
+    @staticmethod
+    def _forward(job: _Job, text: str, logprobs: list | None) -> None:
+        new_logprobs = (logprobs or [])[job.sent_logprobs:]
+        if len(text) > job.sent_chars or new_logprobs:
+            job.events.post(job.choice, "delta", text[job.sent_chars:], new_logprobs)
+            job.sent_chars = max(job.sent_chars, len(text))
+            job.sent_logprobs += len(new_logprobs)
+
+
+# %% chapters/09_serving.ipynb § What a server must measure
+class Metrics:
+    """Prometheus metrics of one server (its own registry): the pool and the queue as
+    gauges read at scrape time, tokens and requests as counters, latencies as
+    histograms."""
+
+    def __init__(self, engine: Engine):
+        self.registry = r = CollectorRegistry()
+        for name, doc, read in (
+                ("kv_blocks_free", "KV-cache blocks free in the pool",
+                 lambda: engine.cache.allocator.num_free),
+                ("kv_blocks_total", "KV-cache blocks in the pool",
+                 lambda: engine.cache.allocator.num_blocks),
+                ("requests_running", "requests in the running batch",
+                 lambda: len(engine.running)),
+                ("requests_waiting", "requests queued for admission",
+                 lambda: len(engine.waiting))):
+            Gauge(f"llmcore_{name}", doc, registry=r).set_function(read)
+        self.prompt_tokens = Counter("llmcore_prompt_tokens", "prompt tokens of "
+                                     "finished requests", registry=r)
+        self.generation_tokens = Counter("llmcore_generation_tokens", "tokens "
+                                         "generated by finished requests", registry=r)
+        self.requests = Counter("llmcore_requests_finished", "finished requests",
+                                ["finish_reason"], registry=r)
+        seconds = (.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+        self.ttft = Histogram("llmcore_time_to_first_token_seconds", "time to first "
+                              "token", buckets=seconds, registry=r)
+        self.tpot = Histogram("llmcore_time_per_output_token_seconds", "time per "
+                              "output token after the first", buckets=seconds,
+                              registry=r)
+        self.latency = Histogram("llmcore_e2e_request_latency_seconds", "submission "
+                                 "to last token", buckets=seconds, registry=r)
+
+    def observe(self, c: Completion) -> None:
+        self.requests.labels(c.finish_reason).inc()
+        self.prompt_tokens.inc(len(c.prompt_ids))
+        self.generation_tokens.inc(len(c.output_ids))
+        if c.output_ids:
+            self.ttft.observe(c.ttft)
+            self.latency.observe(c.finished - c.submitted)
+        if len(c.output_ids) > 1:
+            self.tpot.observe(c.tpot)
+
+
+# %% chapters/09_serving.ipynb § The HTTP side
+class OpenAIServer:
+    """The OpenAI API over an Engine. In a notebook or a test: `with OpenAIServer(model,
+    tokenizer) as server:` serves on server.url in background threads; from the shell:
+    `python -m llmcore.server` (main() below).
+
+    num_blocks: KV blocks in the pool (default: max_batch full-context sequences).
+    max_waiting: requests queued beyond the running batch before new ones get 503.
+    api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
+    read_timeout: seconds a client has to send its whole body (else 408);
+    keep_alive: seconds an idle connection stays open.
+    """
+
+    def __init__(self, model, tokenizer, *, model_name: str = "llmcore",
+                 chat_template=None, max_batch: int = 32, num_blocks: int | None = None,
+                 block_size: int = 16, max_waiting: int = 1024,
+                 api_key: str | None = None, limits: Limits = Limits(),
+                 read_timeout: float = 10.0, keep_alive: float = 5.0,
                  host: str = "127.0.0.1", port: int = 0):
+        context = model.cfg.max_position_embeddings
+        if num_blocks is None:
+            num_blocks = max_batch * -(-context // block_size)
         self.engine = Engine(model, num_blocks, block_size, max_batch,
                              tokenizer=tokenizer)
-        self.tokenizer, self.model_name = tokenizer, model_name
+        self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
+                                  chat_template, limits)
+        self.metrics = Metrics(self.engine)
+        self.worker = EngineThread(self.engine, self.metrics.observe)
+        self.max_in_flight = max_batch + max_waiting
+        self.api_key, self.read_timeout, self.keep_alive = api_key, read_timeout, \
+            keep_alive
+        self.created = int(time.time())
+        self.fingerprint = "fp_" + hashlib.sha256(
+            f"{model_name}{model.cfg}".encode()).hexdigest()[:10]
         self._json: JsonConstraint | None = None  # built when JSON is first asked for
-        self._cv = threading.Condition()
-        self._events: dict[str, queue.Queue] = {}
-        self._sent: dict[str, int] = {}  # characters of text already forwarded
-        self._ids = itertools.count()
-        self._closing = False
-        self.httpd = ThreadingHTTPServer((host, port), _make_handler(self))
-        self.httpd.daemon_threads = True
-        self._threads = [threading.Thread(target=self._loop, daemon=True),
-                         threading.Thread(target=self.httpd.serve_forever, daemon=True)]
+        self._in_flight = 0
+        self.socket = socket.create_server((host, port), backlog=2048)
+        self.app = build_app(self)
+        self._uvicorn = None
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> CompletionServer:
-        for thread in self._threads:
-            thread.start()
+    def _config(self):
+        return uvicorn.Config(self.app, log_level="warning", backlog=2048,
+                              timeout_keep_alive=self.keep_alive, lifespan="off")
+
+    def start(self) -> OpenAIServer:
+        """Serve in background threads (returns when the server accepts requests)."""
+        self.worker.start()
+        self._uvicorn = uvicorn.Server(self._config())
+        self._uvicorn.install_signal_handlers = lambda: None  # not the main thread
+        self._http = threading.Thread(target=self._uvicorn.run,
+                                      kwargs={"sockets": [self.socket]}, daemon=True)
+        self._http.start()
+        while not self._uvicorn.started and self._http.is_alive():
+            time.sleep(0.01)
         return self
 
-    def close(self) -> None:
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        for thread in self._threads:
-            thread.join(timeout=10)
+    def serve_forever(self) -> None:
+        """Serve on this thread until Ctrl-C (what `python -m llmcore.server` does)."""
+        self.worker.start()
+        try:
+            uvicorn.Server(self._config()).run(sockets=[self.socket])
+        finally:
+            self.worker.stop()
 
-    def __enter__(self) -> CompletionServer:
+    def close(self) -> None:
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+            self._http.join(timeout=30)
+        self.worker.stop()
+        self.socket.close()
+
+    def __enter__(self) -> OpenAIServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def busy(self) -> bool:
-        """Whether any request is queued or running (read between engine steps)."""
-        with self._cv:
-            return self.engine.has_work()
+    # -- one request, from body to reply -------------------------------------------
+    async def read_body(self, request) -> object:
+        """The JSON body: 413 over the size limit (Content-Length checked before
+        reading), 408 if it does not arrive within read_timeout seconds."""
+        limit = self.served.limits.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise APIError(413, f"the body is larger than {limit} bytes")
+        data = bytearray()
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams,
-               json_only: bool = False) -> tuple[str, queue.Queue]:
-        """Queue a request; its text arrives on the returned queue as ("delta", text)
-        events and then ("done", Completion). json_only: constrain the output to a JSON
-        object (chapter 7). Raises ValueError for a request the engine refuses."""
-        request_id = f"cmpl-{next(self._ids)}"
-        events: queue.Queue = queue.Queue()
-        with self._cv:
-            if json_only and self._json is None:
-                self._json = JsonConstraint(self.tokenizer)
-            constraint = self._json if json_only else None
-            self.engine.add_request(Request(request_id, prompt_ids, params, constraint))
-            self._events[request_id], self._sent[request_id] = events, 0
-            self._cv.notify_all()
-        return request_id, events
+        async def read() -> None:
+            async for chunk in request.stream():
+                data.extend(chunk)
+                if len(data) > limit:
+                    raise APIError(413, f"the body is larger than {limit} bytes")
+        try:
+            await asyncio.wait_for(read(), self.read_timeout)
+        except TimeoutError:
+            raise APIError(408, f"the body did not arrive within {self.read_timeout} "
+                                "s; check Content-Length") from None
+        return parse_json(bytes(data), self.served.limits)
 
-    def cancel(self, request_id: str) -> None:
-        with self._cv:
-            self.engine.cancel(request_id)
-            self._events.pop(request_id, None)
-            self._sent.pop(request_id, None)
+    async def handle(self, request, parse) -> object:
+        """Validate, submit one engine request per choice, then stream or collect."""
+        parsed: ParsedRequest = parse(await self.read_body(request), self.served)
+        if not self.worker.alive():
+            raise APIError(503, "the engine is not running; retry later")
+        jobs = len(parsed.prompts) * parsed.n
+        if self._in_flight + jobs > self.max_in_flight:
+            raise APIError(503, f"the server is at capacity ({self._in_flight} "
+                                "requests in flight); retry later")
+        prefix = "chatcmpl-" if parsed.kind == "chat.completion" else "cmpl-"
+        rid = prefix + uuid.uuid4().hex
+        events = _Events(asyncio.get_running_loop(), parsed.stream)
+        ids = [f"{rid}-{i}" for i in range(jobs)]
+        if parsed.json_only and self._json is None:
+            self._json = JsonConstraint(self.served.tokenizer)
+        self._in_flight += jobs
+        try:
+            for choice, request_id in enumerate(ids):
+                params = parsed.params
+                if params.seed is not None and choice % parsed.n:  # n different draws
+                    params = replace(params,
+                                     seed=(params.seed + choice % parsed.n) % 2**64)
+                self.worker.submit(Request(
+                    request_id, parsed.prompts[choice // parsed.n], params,
+                    self._json if parsed.json_only else None, parsed.logprobs,
+                    parsed.echo and parsed.logprobs is not None), events, choice)
+            early = await self._accepted(events, jobs)
+        except BaseException:
+            self._release(ids, jobs)
+            raise
+        reply = _Reply(self, parsed, rid)
+        if parsed.stream:
+            return reply.stream(events, early, ids, lambda: self._release(ids, jobs))
+        try:
+            return await reply.collect(request, events, early, jobs)
+        finally:
+            self._release(ids, jobs)
 
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closing and not self.engine.has_work():
-                    self._cv.wait()
-                if self._closing:
+    def _release(self, ids: list[str], jobs: int) -> None:
+        for request_id in ids:  # finished ones are gone from the engine: a no-op
+            self.worker.cancel(request_id)
+        self._in_flight -= jobs
+
+    @staticmethod
+    async def _accepted(events: _Events, jobs: int) -> list:
+        accepted, early = 0, []
+        while accepted < jobs:
+            choice, event = await events.queue.get()
+            if event[0] == "error":
+                raise event[1]
+            if event[0] == "accepted":
+                accepted += 1
+            else:  # progress that came before every choice was admitted
+                early.append((choice, event))
+        return early
+
+
+# %% chapters/09_serving.ipynb § The HTTP side
+class _Reply:
+    """The response objects of one request: JSON at the end, or server-sent events."""
+
+    def __init__(self, server: OpenAIServer, parsed: ParsedRequest, rid: str):
+        self.server, self.parsed, self.rid = server, parsed, rid
+        self.tok = server.served.tokenizer
+        self.chat = parsed.kind == "chat.completion"
+        self.created = int(time.time())
+
+    def _envelope(self, choices: list, chunk: bool = False) -> dict:
+        kind = self.parsed.kind + (".chunk" if chunk and self.chat else "")
+        return {"id": self.rid, "object": kind, "created": self.created,
+                "model": self.server.served.name,
+                "system_fingerprint": self.server.fingerprint, "choices": choices}
+
+    def _usage(self, completions: list[Completion]) -> dict:
+        prompt = sum(len(p) for p in self.parsed.prompts)
+        generated = sum(len(c.output_ids) for c in completions)
+        return {"prompt_tokens": prompt, "completion_tokens": generated,
+                "total_tokens": prompt + generated}
+
+    def _logprobs(self, logprobs: list | None, offset: int = 0,
+                  first_token: int | None = None) -> dict | None:
+        if self.parsed.logprobs is None:
+            return None
+        if self.chat:
+            return chat_logprobs(self.tok, logprobs or [])
+        return completion_logprobs(self.tok, logprobs or [], offset, first_token)
+
+    def _failed(self, c: Completion) -> APIError | None:
+        if c.finish_reason != "error":
+            return None
+        return APIError(500, f"this request failed inside the engine ({c.error}); "
+                             "other requests were not affected")
+
+    async def collect(self, request, events: _Events, early: list, jobs: int
+                      ) -> dict | None:
+        """The JSON response, once every choice is done (None if the client left)."""
+        done: dict[int, Completion] = {}
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            for choice, event in early:
+                if event[0] == "done":
+                    done[choice] = event[1]
+            while len(done) < jobs:
+                get = asyncio.ensure_future(events.queue.get())
+                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():  # the client hung up: its requests are cancelled
+                    get.cancel()
+                    return None
+                choice, event = get.result()
+                if event[0] == "error":
+                    raise event[1]
+                if event[0] == "done":
+                    if self._failed(event[1]):
+                        raise self._failed(event[1])
+                    done[choice] = event[1]
+        finally:
+            gone.cancel()
+        choices = [self._choice(i, done[i]) for i in range(jobs)]
+        return {**self._envelope(choices), "usage": self._usage(list(done.values()))}
+
+    def _choice(self, index: int, c: Completion) -> dict:
+        if self.chat:
+            return {"index": index, "message": {"role": "assistant", "content": c.text,
+                                                "refusal": None},
+                    "logprobs": self._logprobs(c.logprobs),
+                    "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+        text, logprobs = c.text, self._logprobs(c.logprobs)
+        if self.parsed.echo:
+            prompt = self.parsed.prompt_texts[index // self.parsed.n]
+            text = prompt + text
+            if logprobs is not None:
+                logprobs = self._logprobs(
+                    (c.prompt_logprobs or [None])[1:] + (c.logprobs or []), 0,
+                    c.prompt_ids[0])
+        return {"index": index, "text": text, "logprobs": logprobs,
+                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+
+    async def stream(self, events: _Events, early: list, ids: list, release):
+        """Server-sent events: `data: <chunk>` per delta, a last chunk per choice with
+        its finish_reason, the usage chunk if asked for, then `data: [DONE]`."""
+        usage = {"usage": None} if self.parsed.include_usage else {}
+
+        def sse(choices: list) -> str:
+            return f"data: {json.dumps({**self._envelope(choices, True), **usage})}\n\n"
+
+        def delta(choice: int, text: str, logprobs=None, finish=None,
+                  stop_reason=None, role: bool = False) -> dict:
+            if self.chat:
+                body = {"role": "assistant", "content": text} if role else (
+                    {"content": text} if text or finish is None else {})
+                out = {"index": choice, "delta": body}
+            else:
+                out = {"index": choice, "text": text}
+            out.update(logprobs=logprobs, finish_reason=finish)
+            if finish is not None:
+                out["stop_reason"] = stop_reason
+            return out
+
+        finished: dict[int, Completion] = {}
+        offsets = [0] * len(ids)
+        try:
+            for choice in range(len(ids)):
+                if self.chat:
+                    yield sse([delta(choice, "", role=True)])
+                elif self.parsed.echo:
+                    text = self.parsed.prompt_texts[choice // self.parsed.n]
+                    offsets[choice] = len(text)
+                    yield sse([delta(choice, text)])
+            pending = list(early)
+            while len(finished) < len(ids):
+                choice, event = pending.pop(0) if pending else \
+                    await events.queue.get()
+                if event[0] == "error":
+                    yield f"data: {json.dumps(event[1].body())}\n\n"
                     return
-                finished = self.engine.step()
-                for request_id, state in self.engine.running.items():
-                    self._forward(request_id, state.reply.released)
-                for completion in finished:
-                    self._forward(completion.request_id, completion.text, completion)
-            # Let the HTTP threads in between steps: a lock released and at once taken
-            # again by the same thread would keep a cancel or a new request waiting.
-            time.sleep(0)
+                if event[0] == "delta":
+                    _, text, logprobs = event
+                    yield sse([delta(choice, text, self._logprobs(
+                        logprobs, offsets[choice]))])
+                    offsets[choice] += len(text)
+                elif event[0] == "done":
+                    c = finished[choice] = event[1]
+                    failed = self._failed(c)
+                    if failed:
+                        yield f"data: {json.dumps(failed.body())}\n\n"
+                        return
+                    yield sse([delta(choice, "", None, c.finish_reason,
+                                     c.stop_reason)])
+            if self.parsed.include_usage:
+                usage = {"usage": self._usage(list(finished.values()))}
+                yield sse([])
+            yield "data: [DONE]\n\n"
+        finally:  # also when the client hung up: cancel what is still running
+            release()
 
-    def _forward(self, request_id: str, released: str,
-                 completion: Completion | None = None) -> None:
-        events = self._events.get(request_id)
-        if events is None:  # cancelled meanwhile
+
+async def _disconnected(request) -> None:
+    """Returns when the client closes the connection (after the body was read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+# %% chapters/09_serving.ipynb § The HTTP side
+def build_app(server: OpenAIServer):
+    """The FastAPI application: routes, authentication, and every error in OpenAI's
+    shape (no HTML pages, no pydantic internals)."""
+    app = FastAPI(title="llmcore", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(err: APIError, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse(err.body(), err.status, headers=headers)
+
+    @app.exception_handler(APIError)
+    async def api_error(request, err: APIError):
+        return error(err, {"Retry-After": "1"} if err.status == 503 else None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, err: HTTPException):
+        if err.status_code == 405:
+            allowed = (err.headers or {}).get("Allow", "")
+            return error(APIError(405, f"{request.method} is not allowed on "
+                                       f"{request.url.path}; use {allowed}"),
+                         {"Allow": allowed})
+        if err.status_code == 404:
+            return error(APIError(404, f"no route {request.url.path}; see "
+                                       "GET /v1/models, POST /v1/completions, POST "
+                                       "/v1/chat/completions", code="not_found"))
+        return error(APIError(err.status_code, str(err.detail)))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, err: RequestValidationError):
+        return error(APIError(422, "the request does not match this route"))
+
+    @app.exception_handler(Exception)
+    async def internal(request, err: Exception):
+        return error(APIError(500, f"internal error: {type(err).__name__}"))
+
+    def authorize(request: HTTPRequest) -> None:
+        if server.api_key is None:
             return
-        if len(released) > self._sent[request_id]:
-            events.put(("delta", released[self._sent[request_id]:]))
-            self._sent[request_id] = len(released)
-        if completion is not None:
-            events.put(("done", completion))
-            del self._events[request_id], self._sent[request_id]
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {server.api_key}".encode()):
+            raise APIError(401, "missing or incorrect API key: send the header "
+                                "'Authorization: Bearer <key>'", code="invalid_api_key")
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+    card = {"id": server.served.name, "object": "model", "created": server.created,
+            "owned_by": "llmcore", "max_model_len": server.served.context}
+
+    @v1.get("/models")
+    async def models():
+        return {"object": "list", "data": [card]}
+
+    @v1.get("/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id != card["id"]:
+            raise APIError(404, f"the model {model_id!r} does not exist; this server "
+                                f"serves {card['id']!r}", code="model_not_found")
+        return card
+
+    async def respond(request: HTTPRequest, parse):
+        reply = await server.handle(request, parse)
+        if reply is None:  # the client hung up; nobody reads this status
+            return Response(status_code=499)
+        if isinstance(reply, dict):
+            return reply
+        return StreamingResponse(reply, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    @v1.post("/completions")
+    async def completions(request: HTTPRequest):
+        return await respond(request, parse_completion)
+
+    @v1.post("/chat/completions")
+    async def chat(request: HTTPRequest):
+        return await respond(request, parse_chat)
+
+    app.include_router(v1)
+
+    @app.get("/health")
+    async def health():
+        if not server.worker.alive():
+            raise APIError(503, "the engine thread is not running")
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(server.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    return app
 
 
-_DEFAULTS = {"max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-             "min_p": 0.0, "seed": None, "min_tokens": 0, "stop_token_ids": [],
-             "include_stop_str_in_output": False}  # the last three: vLLM's extensions
+# %% chapters/09_serving.ipynb § From the shell
+def main(argv: list[str] | None = None) -> None:
+    """python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000"""
+    import argparse
+    import os
+
+    from llmcore.chat import load_chat_template
+    from llmcore.pretrained import load_model, load_tokenizer
+
+    parser = argparse.ArgumentParser(prog="python -m llmcore.server",
+                                     description="An OpenAI-compatible llmcore server")
+    parser.add_argument("--model", default="tiny",
+                        help="a bundled name, a checkpoint directory or a Hub id")
+    parser.add_argument("--served-model-name", help="the model's name in the API "
+                        "(default: --model)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--num-blocks", type=int, help="KV blocks in the pool "
+                        "(default: max-batch full-context sequences)")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-waiting", type=int, default=1024)
+    parser.add_argument("--api-key", default=os.environ.get("LLMCORE_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' (default: "
+                             "$LLMCORE_API_KEY; none: no key)")
+    parser.add_argument("--device")
+    parser.add_argument("--dtype")
+    args = parser.parse_args(argv)
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    try:
+        template = load_chat_template(args.model)
+    except ValueError as err:
+        print(f"no chat endpoint: {err}")
+        template = None
+    server = OpenAIServer(model, load_tokenizer(args.model),
+                          model_name=args.served_model_name or str(args.model),
+                          chat_template=template, max_batch=args.max_batch,
+                          num_blocks=args.num_blocks, block_size=args.block_size,
+                          max_waiting=args.max_waiting, api_key=args.api_key,
+                          host=args.host, port=args.port)
+    print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
+          f"(max_batch {args.max_batch}, "
+          f"{server.engine.cache.allocator.num_blocks} KV blocks)", flush=True)
+    server.serve_forever()
 
 
-def parse_completion_request(body: dict) -> tuple[str | list[int], SamplingParams,
-                                                  bool, bool]:
-    """(prompt, params, stream, json_only) from an OpenAI-style request body. Raises
-    ValueError with a message for the client when a field is missing, has the wrong
-    type, or is out of range."""
-    if not isinstance(body, dict) or "prompt" not in body:
-        raise ValueError('the body must be a JSON object with a "prompt" (a string or '
-                         "a list of token ids)")
-    prompt = body["prompt"]
-    if not (isinstance(prompt, str)
-            or (isinstance(prompt, list) and all(type(t) is int for t in prompt))):
-        raise ValueError('"prompt" must be a string or a list of token ids')
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else stop
-    if not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
-        raise ValueError('"stop" must be a non-empty string or a list of them')
-    unknown = set(body) - set(_DEFAULTS) - {"prompt", "stop", "stream", "model",
-                                            "response_format"}
-    if unknown:
-        raise ValueError(f"unsupported field(s) {sorted(unknown)}; this server reads "
-                         f'{sorted(_DEFAULTS)}, "prompt", "stop", "stream", "model" '
-                         'and "response_format"')
-    response_format = body.get("response_format") or {"type": "text"}
-    if response_format not in ({"type": "text"}, {"type": "json_object"}):
-        raise ValueError('"response_format" must be {"type": "text"} or '
-                         '{"type": "json_object"}')
-    values = {name: body.get(name, default) for name, default in _DEFAULTS.items()}
-    params = SamplingParams(**values, stop=stop)  # validates, or ValueError
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ValueError('"stream" must be true or false')
-    return prompt, params, stream, response_format["type"] == "json_object"
+if __name__ == "__main__":
+    main()
 
 
-def _make_handler(server: CompletionServer):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # keep the notebook and the tests quiet
-            pass
-
-        def _json(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, status: int, message: str) -> None:
-            self._json(status, {"error": {"message": message,
-                                          "type": "invalid_request_error"}})
-
-        def _event(self, payload: dict | str) -> None:
-            data = payload if isinstance(payload, str) else json.dumps(payload)
-            self.wfile.write(f"data: {data}\n\n".encode())
-            self.wfile.flush()
-
-        def do_GET(self) -> None:
-            if self.path == "/v1/models":
-                self._json(200, {"object": "list",
-                                 "data": [{"id": server.model_name,
-                                           "object": "model"}]})
-            else:
-                self._error(404, f"no route {self.path}; use POST /v1/completions or "
-                                 "GET /v1/models")
-
-        def do_POST(self) -> None:
-            if self.path != "/v1/completions":
-                return self._error(404, f"no route {self.path}; "
-                                        "use POST /v1/completions")
-            vocab_size = server.engine.model.cfg.vocab_size
-            try:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"null")
-                prompt, params, stream, json_only = parse_completion_request(body)
-                if isinstance(prompt, str):
-                    prompt = server.tokenizer.encode(prompt)
-                if any(not 0 <= t < vocab_size for t in prompt):
-                    raise ValueError(f"token ids must be in [0, {vocab_size})")
-                request_id, events = server.submit(prompt, params, json_only)
-            except ValueError as err:  # json.JSONDecodeError is a ValueError too
-                return self._error(400, str(err))
-            created = int(time.time())
-
-            def chunk(text: str, done: Completion | None = None) -> dict:
-                choice = {"index": 0, "text": text, "finish_reason": None}
-                if done is not None:
-                    choice.update(finish_reason=done.finish_reason,
-                                  stop_reason=done.stop_reason)
-                payload = {"id": request_id, "object": "text_completion",
-                           "created": created, "model": server.model_name,
-                           "choices": [choice]}
-                if done is not None:
-                    n = len(done.output_ids)
-                    payload["usage"] = {"prompt_tokens": len(prompt),
-                                        "completion_tokens": n,
-                                        "total_tokens": len(prompt) + n}
-                return payload
-
-            if stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
-            try:
-                kind, item = events.get()
-                while kind == "delta":
-                    if stream:
-                        self._event(chunk(item))
-                    kind, item = events.get()
-            except (BrokenPipeError, ConnectionResetError):  # the client left: free it
-                server.cancel(request_id)
-                return
-            if stream:
-                self._event(chunk("", item))
-                self._event("[DONE]")
-            else:
-                self._json(200, chunk(item.text, item))
-
-    return Handler
-
-
-__all__ = ['CompletionServer', 'parse_completion_request']
+__all__ = ['EngineThread', 'Metrics', 'OpenAIServer', 'build_app', 'main']

@@ -7,9 +7,9 @@ chosen from what the same loop produces without them, so that each rule is exerc
 never passed vacuously.
 """
 import json
-import urllib.request
 from dataclasses import dataclass
 
+import openai
 import pytest
 import torch
 
@@ -18,7 +18,7 @@ from llmcore.engine import Engine, Request
 from llmcore.generate import generate
 from llmcore.pretrained import load
 from llmcore.sampling import SamplingParams
-from llmcore.server import CompletionServer
+from llmcore.server import OpenAIServer
 from llmcore.speculative import speculative_generate
 
 CODE = "class Point:\n    def __init__(self, x, y):\n"
@@ -39,8 +39,10 @@ class Outcome:
 def world():
     model, tokenizer = load("tiny", device="cpu", dtype=torch.float32)
     draft, _ = load("tiny-draft", device="cpu", dtype=torch.float32)
-    with CompletionServer(model, tokenizer, num_blocks=64, max_batch=4) as server:
-        yield dict(model=model, tokenizer=tokenizer, draft=draft, server=server,
+    with OpenAIServer(model, tokenizer, num_blocks=64, max_batch=4) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="-",
+                               max_retries=0, timeout=60)
+        yield dict(model=model, tokenizer=tokenizer, draft=draft, client=client,
                    constraint=JsonConstraint(tokenizer))
 
 
@@ -80,19 +82,16 @@ def _speculative(w, prompt, params):
 
 
 def _server(w, prompt, params):
-    body = {"prompt": prompt, "max_tokens": params.max_tokens,
-            "temperature": params.temperature, "top_p": params.top_p,
-            "seed": params.seed, "min_tokens": params.min_tokens, "stop": params.stop,
-            "stop_token_ids": params.stop_token_ids,
-            "include_stop_str_in_output": params.include_stop_str_in_output}
-    request = urllib.request.Request(w["server"].url + "/v1/completions",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        answer = json.loads(response.read())
-    choice = answer["choices"][0]
-    return Outcome(choice["text"], None, choice["finish_reason"], choice["stop_reason"],
-                   answer["usage"]["completion_tokens"])
+    """Through the official client, as a user of the server calls it."""
+    answer = w["client"].completions.create(
+        model="llmcore", prompt=prompt, max_tokens=params.max_tokens,
+        temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+        stop=params.stop, extra_body={
+            "min_tokens": params.min_tokens, "stop_token_ids": params.stop_token_ids,
+            "include_stop_str_in_output": params.include_stop_str_in_output})
+    choice = answer.choices[0]
+    return Outcome(choice.text, None, choice.finish_reason, choice.stop_reason,
+                   answer.usage.completion_tokens)
 
 
 LOOPS = {"generate": (_generate, CODE), "generate+json": (_generate_json, JSON),
