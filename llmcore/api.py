@@ -14,6 +14,7 @@ repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import dataclass, field
@@ -141,8 +142,10 @@ class _Fields:
                                 "remove it", param=refused[0])
         unknown = sorted(set(body) - known - self.IGNORED - self.REFUSED)
         if unknown:
-            raise APIError(400, f"unrecognized request argument {unknown[0]!r}; this "
-                                f"endpoint reads {sorted(known)}", param=unknown[0])
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "remove it"
+            raise APIError(400, f"unrecognized request argument {unknown[0]!r}; "
+                                + hint, param=unknown[0])
         if body.get(required) is None:
             raise APIError(400, f"{required!r} is required", param=required)
         self.body = body
