@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
                                Histogram, generate_latest)
 from starlette.exceptions import HTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
                          completion_logprobs, parse_chat, parse_completion, parse_json)
@@ -218,6 +219,29 @@ class Metrics:
 
 
 # %% chapters/09_serving.ipynb § The HTTP side
+class _HTTPProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers: a
+    connection that has not sent a whole request head within read_timeout seconds of
+    opening (or of its last response) is closed. uvicorn alone waits forever, so
+    silent or slow connections would pile up."""
+    read_timeout = 10.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._expect_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._expect_request()
+
+    def _expect_request(self) -> None:  # a new request replaces self.cycle
+        self.loop.call_later(self.read_timeout, self._close_if_idle, self.cycle)
+
+    def _close_if_idle(self, cycle) -> None:
+        if self.cycle is cycle and not self.transport.is_closing():
+            self.transport.close()
+
+
 class OpenAIServer:
     """The OpenAI API over an Engine. In a notebook or a test: `with OpenAIServer(model,
     tokenizer) as server:` serves on server.url in background threads; from the shell:
@@ -226,8 +250,9 @@ class OpenAIServer:
     num_blocks: KV blocks in the pool (default: max_batch full-context sequences).
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
-    read_timeout: seconds a client has to send its whole body (else 408);
-    keep_alive: seconds an idle connection stays open.
+    read_timeout: seconds a client has to send a request's head (else the connection is
+    closed) and then its body (else 408); keep_alive: seconds an idle connection stays
+    open after a response.
     """
 
     def __init__(self, model, tokenizer, *, model_name: str = "llmcore",
@@ -263,8 +288,11 @@ class OpenAIServer:
         return f"http://{host}:{port}"
 
     def _config(self):
-        return uvicorn.Config(self.app, log_level="warning", backlog=2048,
-                              timeout_keep_alive=self.keep_alive, lifespan="off")
+        protocol = type("HTTPProtocol", (_HTTPProtocol,),
+                        {"read_timeout": self.read_timeout})
+        return uvicorn.Config(self.app, http=protocol, log_level="warning",
+                              backlog=2048, timeout_keep_alive=self.keep_alive,
+                              lifespan="off")
 
     def start(self) -> OpenAIServer:
         """Serve in background threads (returns when the server accepts requests)."""
