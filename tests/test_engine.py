@@ -125,3 +125,82 @@ def test_json_constrained_requests_finish_as_valid_json_next_to_free_ones():
     assert finished
     for c in finished:
         assert c.text == tokenizer.decode(c.output_ids) and isinstance(json.loads(c.text), dict)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from llmcore.pretrained import load
+    return load("tiny", device="cpu", dtype=torch.float32)
+
+
+@pytest.mark.parametrize("at", [1, 3])  # in the prefill step, in a batched decode step
+def test_a_request_that_raises_fails_alone(tiny, at):
+    from llmcore.constrained import JsonConstraint
+    model, tokenizer = tiny
+    constraint = JsonConstraint(tokenizer)
+    calls, mask = [], constraint.mask_logits
+
+    def exploding(logits, state):  # the request's mask raises at its at-th step
+        calls.append(1)
+        if len(calls) == at:
+            raise RuntimeError("boom")
+        return mask(logits, state)
+    constraint.mask_logits = exploding
+    engine = Engine(model, num_blocks=64, block_size=16, max_batch=4,
+                    tokenizer=tokenizer)
+    others = [Request(f"r{i}", tokenizer.encode(p), SamplingParams(temperature=0.0,
+                                                                  max_tokens=12))
+              for i, p in enumerate(["import os\n", "class A:\n", "def f(x):"])]
+    bad = Request("bad", tokenizer.encode("x = {"), SamplingParams(
+        temperature=0.0, max_tokens=10), constraint=constraint)
+    for r in others[:1] + [bad] + others[1:]:
+        engine.add_request(r)
+    done = {c.request_id: c for c in engine.run()}
+    assert done["bad"].finish_reason == "error" and "boom" in done["bad"].error
+    assert len(done["bad"].output_ids) == at - 1
+    for r in others:  # the others: exactly what they produce alone
+        alone = Engine(model, num_blocks=64, block_size=16, tokenizer=tokenizer)
+        alone.add_request(r)
+        assert done[r.request_id].output_ids == alone.run()[0].output_ids
+        assert done[r.request_id].error is None
+    assert engine.cache.allocator.num_free == engine.cache.allocator.num_blocks
+
+
+def test_logprobs_are_the_models_log_softmax():
+    model = _model()
+    engine = Engine(model, num_blocks=64, block_size=4, max_batch=4)
+    prompt = [5, 9, 2, 7]
+    engine.add_request(Request("a", prompt, SamplingParams(temperature=0.0,
+                                                           max_tokens=6),
+                               logprobs=3, prompt_logprobs=True))
+    engine.add_request(Request("b", [1, 2], SamplingParams(temperature=0.0,
+                                                           max_tokens=6)))
+    done = {c.request_id: c for c in engine.run()}
+    a = done["a"]
+    assert done["b"].logprobs is None and done["b"].prompt_logprobs is None
+    ids = prompt + a.output_ids
+    with torch.inference_mode():
+        positions = torch.arange(len(ids))[None]
+        logp = torch.log_softmax(model(torch.tensor([ids]), positions=positions)[0], -1)
+    assert len(a.logprobs) == len(a.output_ids) and len(a.prompt_logprobs) == len(prompt)
+    assert a.prompt_logprobs[0] is None
+    for i, lp in enumerate(a.prompt_logprobs[1:] + a.logprobs, start=1):
+        assert lp.token_id == ids[i]
+        assert lp.logprob == pytest.approx(logp[i - 1, ids[i]].item(), abs=1e-4)
+        assert len(lp.top) == 3 and [v for _, v in lp.top] == sorted(
+            [v for _, v in lp.top], reverse=True)
+    for lp in a.logprobs:  # greedy: the chosen token is the most likely one
+        assert lp.top[0][0] == lp.token_id
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(top_k=65), "top_k=65 is larger than the vocabulary"),
+    (dict(logit_bias={64: 1.0}), "logit_bias token id 64"),
+    (dict(stop_token_ids=[99]), "stop token id 99"),
+])
+def test_values_beyond_the_vocabulary_are_refused_before_any_step(change, message):
+    engine = Engine(_model(), num_blocks=16, block_size=4)
+    with pytest.raises(ValueError, match=message):
+        engine.add_request(Request("x", [1, 2], SamplingParams(max_tokens=8,
+                                                               **change)))
+    assert not engine.has_work()
