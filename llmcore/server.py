@@ -47,17 +47,16 @@ from llmcore.engine import Completion, Engine, Request
 
 class _Events:
     """One HTTP request's mailbox: the engine thread posts (choice, event) pairs, the
-    request's asyncio task reads them. Events: ("accepted",), ("delta", text,
-    logprobs), ("done", Completion), ("error", APIError)."""
+    request's asyncio task reads them from `queue`. Events: ("accepted",), ("delta",
+    text, logprobs), ("done", Completion), ("error", APIError)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, stream: bool):
         self.loop, self.stream, self.queue = loop, stream, asyncio.Queue()
 
-    def post(self, choice: int, *event) -> None:  # called on the engine thread
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (choice, event))
-        except RuntimeError:  # the event loop is gone: nobody is listening
-            pass
+
+def _deliver(items: list) -> None:  # on the event loop: a whole step's events at once
+    for events, choice, event in items:
+        events.queue.put_nowait((choice, event))
 
 
 @dataclass
@@ -78,6 +77,7 @@ class EngineThread:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.jobs: dict[str, _Job] = {}
         self.beat = time.monotonic()     # last time the loop went round
+        self._outbox: list = []          # events of this step, not yet handed over
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="llmcore-engine",
@@ -106,17 +106,36 @@ class EngineThread:
         try:
             while not self._stop.is_set():
                 self._read_inbox(wait=not self.engine.has_work())
+                self._flush()
                 if self.engine.has_work() and not self._stop.is_set():
                     self._step()
+                    self._flush()
                 self.beat = time.monotonic()
         except BaseException as error:  # a bug in the loop itself: say so, fail all
             self.error = error
             raise
         finally:
             for job in self.jobs.values():
-                job.events.post(job.choice, "error",
-                                APIError(503, "the engine stopped; retry later"))
+                self._post(job, "error",
+                           APIError(503, "the engine stopped; retry later"))
             self.jobs.clear()
+            self._flush()
+
+    def _post(self, job: _Job, *event) -> None:
+        self._outbox.append((job.events, job.choice, event))
+
+    def _flush(self) -> None:
+        """Hand the events over: one wake-up per event loop, not one per event (with 64
+        streams, a step would otherwise wake the event loop 64 times)."""
+        by_loop: dict = {}
+        for item in self._outbox:
+            by_loop.setdefault(item[0].loop, []).append(item)
+        self._outbox = []
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # that event loop is gone: nobody is listening
+                pass
 
     def _read_inbox(self, wait: bool) -> None:
         try:
@@ -132,10 +151,10 @@ class EngineThread:
             try:
                 self.engine.add_request(request)
             except ValueError as err:
-                job.events.post(job.choice, "error", APIError(400, str(err)))
+                self._post(job, "error", APIError(400, str(err)))
                 return
             self.jobs[request.request_id] = job
-            job.events.post(job.choice, "accepted")
+            self._post(job, "accepted")
         elif kind == "cancel":
             self.engine.cancel(request)
             self.jobs.pop(request, None)
@@ -149,7 +168,7 @@ class EngineThread:
                 self.engine.cancel(request_id)
                 job = self.jobs.pop(request_id, None)
                 if job is not None:
-                    job.events.post(job.choice, "error", APIError(
+                    self._post(job, "error", APIError(
                         500, f"the engine step failed: {type(error).__name__}: "
                              f"{error}"))
         for request_id, state in self.engine.running.items():
@@ -161,15 +180,14 @@ class EngineThread:
             if job is None:
                 continue
             self._forward(job, completion.text, completion.logprobs)
-            job.events.post(job.choice, "done", completion)
+            self._post(job, "done", completion)
             if self.on_finish is not None:
                 self.on_finish(completion)
 
-    @staticmethod
-    def _forward(job: _Job, text: str, logprobs: list | None) -> None:
+    def _forward(self, job: _Job, text: str, logprobs: list | None) -> None:
         new_logprobs = (logprobs or [])[job.sent_logprobs:]
         if len(text) > job.sent_chars or new_logprobs:
-            job.events.post(job.choice, "delta", text[job.sent_chars:], new_logprobs)
+            self._post(job, "delta", text[job.sent_chars:], new_logprobs)
             job.sent_chars = max(job.sent_chars, len(text))
             job.sent_logprobs += len(new_logprobs)
 
