@@ -239,7 +239,8 @@ class ChatTemplate:
     def from_pretrained(cls, directory: str | Path) -> ChatTemplate:
         """Read a checkpoint directory: chat_template.jinja (or chat_templates/*.jinja)
         if present, else tokenizer_config.json's `chat_template`, a string or a list of
-        {"name", "template"}; the template named "default" is used."""
+        {"name", "template"}. The one named "default" is used (transformers switches
+        to one named "tool_use", where there is one, when tools are given)."""
         directory = Path(directory)
         if not directory.is_dir():
             raise FileNotFoundError(f"no checkpoint directory at {directory}")

@@ -10,7 +10,6 @@ ChatML template.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import zipfile
 from datetime import datetime
@@ -46,7 +45,7 @@ IDS_MODELS = {
     "qwen2-vl-2b-instruct-awq",
 }
 
-# --- conversations: (llmcore's messages, the same for transformers, template kwargs) ---
+# --- conversations: (llmcore's messages, transformers' messages, template kwargs) ---
 SYSTEM = {"role": "system", "content": "You are terse."}
 USER = {"role": "user", "content": "What is 2+2?"}
 ANSWER = {"role": "assistant", "content": "4."}
@@ -71,7 +70,8 @@ TOOLS = [{"type": "function", "function": {
 CONVERSATIONS = {
     "user": ([USER], [USER], {}),
     "system+user": ([SYSTEM, USER], [SYSTEM, USER], {}),
-    "multi-turn": ([SYSTEM, USER, ANSWER, CHINESE], [SYSTEM, USER, ANSWER, CHINESE], {}),
+    "multi-turn": ([SYSTEM, USER, ANSWER, CHINESE], [SYSTEM, USER, ANSWER, CHINESE],
+                   {}),
     "text parts": ([PARTS], [JOINED], {}),
     "non-ascii": ([CHINESE], [CHINESE], {}),
     "assistant last": ([USER, ANSWER], [USER, ANSWER], {}),
@@ -101,7 +101,9 @@ def loaded(tmp_path_factory):
         if isinstance(cache[name], str):
             pytest.skip(cache[name])
         return cache[name]
-    return load
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")  # local directories only, never the Hub
+        yield load
 
 
 def _load(name: str, directory: Path):
@@ -111,7 +113,6 @@ def _load(name: str, directory: Path):
                 archive.extractall(directory)
         elif path.is_file():
             shutil.copy(path, directory)
-    os.environ["HF_HUB_OFFLINE"] = "1"
     try:
         theirs = transformers.AutoTokenizer.from_pretrained(directory)
     except Exception as err:  # noqa: BLE001 - any failure to load is the skip reason
@@ -175,7 +176,7 @@ def test_the_templates_that_need_content_parts_refuse_strings_in_both(loaded):
         template.render([PARTS])
 
 
-# --- the bundled tiny model ------------------------------------------------------------
+# --- the bundled tiny model ----------------------------------------------------------
 @pytest.mark.parametrize("name", ["tiny", "tiny-draft"])
 def test_tiny_renders_chatml(name):
     template = load_chat_template(name)
@@ -272,7 +273,8 @@ def test_from_pretrained_says_what_is_missing(tmp_path):
         {"type": "text", "text": "look"},
         {"type": "image_url", "image_url": {"url": "x.png"}}]}],
      r"messages\[1\]\.content\[1\] is a part of type 'image_url'; only text"),
-    ([{"role": "user", "content": ["hi"]}], r"messages\[0\]\.content\[0\] is a str, not a part"),
+    ([{"role": "user", "content": ["hi"]}],
+     r"messages\[0\]\.content\[0\] is a str, not a part"),
     ([{"role": "user", "content": [{"type": "text", "text": None}]}],
      r"messages\[0\]\.content\[0\]\.text must be a string, got NoneType"),
 ])
