@@ -1,162 +1,972 @@
-"""Tests for llmcore.server: the OpenAI-style completions endpoint over the engine."""
-import json
-import socket
-import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+"""Tests for llmcore.server and llmcore.api: the OpenAI-compatible server, driven the way
+its users drive it.
 
+Black-box tests talk to ONE real server process (`python -m llmcore.server`) on an
+ephemeral port of 127.0.0.1 through the official `openai` client (raw httpx2 where the
+exact bytes or the error shape matter). Tests that must reach inside (fault injection,
+stopping the engine thread, small pools and queues) run an in-process `OpenAIServer`.
+Every client call has a timeout and every test runs under an alarm: a hung server fails
+a test instead of hanging the suite.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2 as httpx
+import openai
 import pytest
 import torch
 
+from llmcore.chat import load_chat_template
+from llmcore.constrained import JsonConstraint
 from llmcore.generate import generate
 from llmcore.pretrained import load
 from llmcore.sampling import SamplingParams
-from llmcore.server import CompletionServer, parse_completion_request
+from llmcore.server import OpenAIServer
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "tiny"
+KEY = "sk-llmcore-test"
+TIMEOUT = 60          # seconds any one HTTP call may take
+TEST_LIMIT = 150      # seconds any one test may take (SIGALRM)
+CODE = "def add(a, b):\n"
+
+
+# --- Fixtures -------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _deadline():
+    """Fail (not hang) a test that runs past TEST_LIMIT seconds."""
+    def expire(signum, frame):
+        raise TimeoutError(f"the test ran past {TEST_LIMIT} s: the server hangs")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(TEST_LIMIT)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="module")
-def served():
-    model, tokenizer = load("tiny", device="cpu", dtype=torch.float32)
-    with CompletionServer(model, tokenizer, num_blocks=128, max_batch=4, model_name="tiny") as server:
-        yield server, model, tokenizer
+def tiny():
+    """(model, tokenizer), loaded once. One torch thread: on a shared 2-core machine
+    two threads per process are ten times slower, not faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model, tokenizer = load(MODEL, device="cpu", dtype=torch.float32)
+    yield model, tokenizer
+    torch.set_num_threads(threads)
 
 
-def _post(url, body, raw=None):
-    data = raw if raw is not None else json.dumps(body).encode()
-    request = urllib.request.Request(url + "/v1/completions", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return response.status, response.headers.get("Content-Type"), response.read().decode()
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def _expected(model, tokenizer, prompt, **params):
-    return generate(model, tokenizer, prompt, SamplingParams(temperature=0.0, **params))
+@pytest.fixture(scope="module")
+def url():
+    """The base URL of one `python -m llmcore.server` process for the whole module."""
+    port = _free_port()
+    log = tempfile.TemporaryFile()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmcore.server", "--model", MODEL, "--host",
+         "127.0.0.1", "--port", str(port), "--api-key", KEY, "--max-batch", "8",
+         "--device", "cpu", "--dtype", "float32"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"the server exited ({proc.returncode}):\n"
+                            + log.read().decode(errors="replace"))
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the server did not answer /health within 120 s")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        log.close()
 
 
-def test_json_completion_matches_generate(served):
-    server, model, tokenizer = served
-    status, kind, text = _post(server.url, {"prompt": "def add(a, b):\n", "max_tokens": 24, "temperature": 0})
-    answer = json.loads(text)
-    expected = _expected(model, tokenizer, "def add(a, b):\n", max_tokens=24)
-    assert status == 200 and kind == "application/json" and answer["object"] == "text_completion"
-    assert answer["choices"][0]["text"] == expected.text
-    assert answer["choices"][0]["finish_reason"] == expected.finish_reason
-    assert answer["usage"] == {"prompt_tokens": expected.usage.prompt_tokens,
-                               "completion_tokens": expected.usage.completion_tokens,
-                               "total_tokens": expected.usage.prompt_tokens + expected.usage.completion_tokens}
+@pytest.fixture(scope="module")
+def client(url):
+    return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0,
+                         timeout=TIMEOUT)
 
 
-def test_streamed_events_add_up_to_the_completion(served):
-    server, model, tokenizer = served
-    body = {"prompt": "import os\n", "max_tokens": 30, "temperature": 0, "stream": True}
-    status, kind, text = _post(server.url, body)
-    events = [e for e in text.split("\n\n") if e]
-    assert status == 200 and kind == "text/event-stream" and events[-1] == "data: [DONE]"
-    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
-    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
-    assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop") and "usage" in chunks[-1]
-    assert "".join(c["choices"][0]["text"] for c in chunks) == _expected(model, tokenizer, "import os\n",
-                                                                          max_tokens=30).text
+@pytest.fixture(scope="module")
+def raw(url):
+    """A plain HTTP client with the API key, for exact status codes and bodies."""
+    with httpx.Client(base_url=url, timeout=TIMEOUT,
+                      headers={"Authorization": f"Bearer {KEY}"}) as c:
+        yield c
 
 
-def test_stop_strings_cut_the_text_and_free_the_request(served):
-    server, model, tokenizer = served
-    expected = _expected(model, tokenizer, "class Point:\n", max_tokens=60)
-    stop = expected.text[10:14]  # a string the greedy text is known to contain
-    _, _, text = _post(server.url, {"prompt": "class Point:\n", "max_tokens": 60, "temperature": 0, "stop": stop})
-    answer = json.loads(text)
-    assert answer["choices"][0]["finish_reason"] == "stop"
-    assert answer["choices"][0]["text"] == _expected(model, tokenizer, "class Point:\n", max_tokens=60,
-                                                     stop=[stop]).text
-    assert not server.busy()  # the cut request was cancelled before the answer was sent
-    assert server.engine.cache.allocator.num_free == server.engine.cache.allocator.num_blocks
+@pytest.fixture(scope="module")
+def template():
+    return load_chat_template(MODEL)
 
 
-def test_concurrent_clients_share_steps_and_get_their_own_text(served):
-    server, model, tokenizer = served
-    prompts = ["import sys\n", "def main():\n", "x = [", "for i in range(", "class A:\n", "# a comment"]
-    before = len(server.engine.batch_sizes)
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        texts = list(pool.map(lambda p: json.loads(_post(server.url, {"prompt": p, "max_tokens": 20,
-                                                                       "temperature": 0})[2])["choices"][0]["text"],
-                              prompts))
-    assert texts == [_expected(model, tokenizer, p, max_tokens=20).text for p in prompts]
-    assert max(server.engine.batch_sizes[before:]) > 1
+def _in_process(tiny, template, **kwargs) -> OpenAIServer:
+    model, tokenizer = tiny
+    return OpenAIServer(model, tokenizer, model_name=MODEL, chat_template=template,
+                        **kwargs)
 
 
-@pytest.mark.parametrize("body, message", [
-    (None, "JSON object"),
-    ({"max_tokens": 3}, '"prompt"'),
-    ({"prompt": "x", "temperature": -1}, "temperature"),
-    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "x", "stop": 5}, '"stop"'),
-    ({"prompt": "x", "stream": "yes"}, '"stream"'),
-    ({"prompt": "x", "logprobs": 3}, "unsupported field"),
-    ({"prompt": [1, 2, 99999]}, "token ids must be in"),
-    ({"prompt": "x", "max_tokens": 5000}, "positions"),
-])
-def test_bad_requests_get_400_and_a_reason(served, body, message):
-    server = served[0]
-    with pytest.raises(urllib.error.HTTPError) as err:
-        _post(server.url, body)
-    assert err.value.code == 400
-    assert message in json.loads(err.value.read())["error"]["message"]
+def _client(base: str, **kwargs) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key=kwargs.pop("api_key", "-"),
+                         max_retries=0, timeout=kwargs.pop("timeout", TIMEOUT))
 
 
-def test_invalid_json_and_unknown_routes(served):
-    server = served[0]
-    with pytest.raises(urllib.error.HTTPError) as err:
-        _post(server.url, None, raw=b"{not json")
-    assert err.value.code == 400
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(server.url + "/v1/chat", timeout=10)
-    assert err.value.code == 404
-    with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
-        assert json.loads(response.read())["data"][0]["id"] == "tiny"
+# --- Helpers --------------------------------------------------------------------------
+def _expected(tiny, prompt, **params):
+    """What generate() says for this prompt: the reference every greedy reply meets."""
+    model, tokenizer = tiny
+    params.setdefault("temperature", 0.0)
+    return generate(model, tokenizer, prompt, SamplingParams(**params))
 
 
-def test_a_client_that_hangs_up_frees_its_request(served):
-    server = served[0]
-    host, port = server.httpd.server_address[:2]
-    before = len(server.engine.batch_sizes)
-    body = json.dumps({"prompt": "import os\n", "max_tokens": 900, "temperature": 0, "stream": True}).encode()
-    with socket.create_connection((host, port), timeout=10) as conn:
-        conn.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: "
-                     + str(len(body)).encode() + b"\r\n\r\n" + body)
-        conn.recv(64)  # the response has started
-    deadline = time.monotonic() + 30
-    while server.busy() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not server.busy()
-    assert len(server.engine.batch_sizes) - before < 899  # cancelled, not run to its 900 tokens
-    assert server.engine.cache.allocator.num_free == server.engine.cache.allocator.num_blocks
+def _metrics(base: str) -> dict[str, float]:
+    """The Prometheus samples of /metrics: {'name{labels}': value}."""
+    response = httpx.get(base + "/metrics", timeout=TIMEOUT)
+    assert response.status_code == 200
+    samples = {}
+    for line in response.text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
 
 
-def test_cancel_frees_a_request_at_once(served):
-    server = served[0]
-    request_id, _ = server.submit([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=900))
-    server.cancel(request_id)
-    assert not server.busy()
-    assert server.engine.cache.allocator.num_free == server.engine.cache.allocator.num_blocks
+def _wait_for(predicate, what: str, limit: float = 30.0):
+    """Poll until predicate() is truthy (bounded); return its value or fail."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"after {limit} s still not: {what}")
+        time.sleep(0.05)
 
 
-def test_json_object_responses_always_parse(served):
-    server = served[0]
-    for seed in range(3):
-        _, _, text = _post(server.url, {"prompt": "config = json.loads('", "max_tokens": 80, "temperature": 0.9,
-                                        "seed": seed, "response_format": {"type": "json_object"}})
-        answer = json.loads(text)
-        if answer["choices"][0]["finish_reason"] == "stop":
-            assert isinstance(json.loads(answer["choices"][0]["text"]), dict)
+def _idle(base: str) -> bool:
+    m = _metrics(base)
+    return (m["llmcore_kv_blocks_free"] == m["llmcore_kv_blocks_total"]
+            and m["llmcore_requests_running"] == 0
+            and m["llmcore_requests_waiting"] == 0)
 
 
-def test_parse_completion_request_defaults():
-    prompt, params, stream, json_only = parse_completion_request({"prompt": "hi"})
-    assert prompt == "hi" and not stream and not json_only
-    assert parse_completion_request({"prompt": "hi", "response_format": {"type": "json_object"}})[3]
-    with pytest.raises(ValueError, match="response_format"):
-        parse_completion_request({"prompt": "hi", "response_format": {"type": "xml"}})
-    assert params.max_tokens == 16 and params.temperature == 1.0 and params.stop_token_ids == []
-    params = parse_completion_request({"prompt": "hi", "min_tokens": 2, "stop_token_ids": [7],
-                                       "include_stop_str_in_output": True})[1]
-    assert (params.min_tokens, params.stop_token_ids, params.include_stop_str_in_output) == (2, [7], True)
+def _engine_idle(server: OpenAIServer) -> bool:
+    engine = server.engine
+    return (not engine.running and not engine.waiting
+            and engine.cache.allocator.num_free == engine.cache.allocator.num_blocks)
+
+
+def _raw_http(base: str, head: str, body: bytes = b"", wait: float = TIMEOUT
+              ) -> tuple[int, dict, bytes]:
+    """Send exactly these bytes on a new socket; read one response
+    (status, headers, body)."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as s:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            assert chunk, f"the server closed the connection without answering: {data}"
+            data += chunk
+        head_bytes, rest = data.split(b"\r\n\r\n", 1)
+        lines = head_bytes.decode().split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+        length = int(headers.get("content-length", 0))
+        while len(rest) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+    return int(lines[0].split()[1]), headers, rest
+
+
+def _check_error_shape(response, status: int) -> dict:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param",
+                                                            "code"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["error"]["type"] == ("server_error" if status >= 500
+                                     else "invalid_request_error")
+    return body["error"]
+
+
+# --- 1. Endpoints ---------------------------------------------------------------------
+def test_models_lists_and_describes_the_served_model(client, raw):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    card = client.models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("gpt-4o")
+    assert caught.value.status_code == 404 and caught.value.code == "model_not_found"
+    error = _check_error_shape(raw.get("/v1/models/gpt-4o"), 404)
+    assert error["code"] == "model_not_found" and "'gpt-4o'" in error["message"]
+
+
+def test_health_answers_without_a_key(url):
+    response = httpx.get(url + "/health", timeout=TIMEOUT)
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_metrics_are_prometheus_text_and_count_each_request(url, client):
+    response = httpx.get(url + "/metrics", timeout=TIMEOUT)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    for name, kind in [("llmcore_kv_blocks_free", "gauge"),
+                       ("llmcore_kv_blocks_total", "gauge"),
+                       ("llmcore_requests_running", "gauge"),
+                       ("llmcore_requests_waiting", "gauge"),
+                       ("llmcore_prompt_tokens_total", "counter"),
+                       ("llmcore_generation_tokens_total", "counter"),
+                       ("llmcore_requests_finished_total", "counter"),
+                       ("llmcore_time_to_first_token_seconds", "histogram"),
+                       ("llmcore_time_per_output_token_seconds", "histogram"),
+                       ("llmcore_e2e_request_latency_seconds", "histogram")]:
+        assert f"# TYPE {name} {kind}\n" in text and f"# HELP {name} " in text
+    before = _metrics(url)
+    assert before["llmcore_kv_blocks_total"] == 8 * 1024 // 16  # max_batch contexts
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=7,
+                                      temperature=0)
+    after = _metrics(url)  # counted before the reply was sent
+
+    def grew(name):
+        return after.get(name, 0.0) - before.get(name, 0.0)
+    assert grew("llmcore_prompt_tokens_total") == reply.usage.prompt_tokens
+    assert grew("llmcore_generation_tokens_total") == reply.usage.completion_tokens
+    finish = reply.choices[0].finish_reason
+    assert grew(f'llmcore_requests_finished_total{{finish_reason="{finish}"}}') == 1
+    assert grew("llmcore_time_to_first_token_seconds_count") == 1
+    assert grew("llmcore_time_per_output_token_seconds_count") == 1
+    assert grew("llmcore_e2e_request_latency_seconds_count") == 1
+    assert grew('llmcore_time_to_first_token_seconds_bucket{le="+Inf"}') == 1
+    assert after["llmcore_kv_blocks_free"] == after["llmcore_kv_blocks_total"]
+
+
+# --- 2. Completions -------------------------------------------------------------------
+def test_greedy_completion_equals_generate(client, tiny):
+    want = _expected(tiny, CODE, max_tokens=24)
+    t0 = int(time.time())
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                      temperature=0)
+    choice, = reply.choices
+    assert choice.text == want.text and choice.index == 0
+    assert choice.finish_reason == want.finish_reason
+    assert reply.object == "text_completion" and reply.model == MODEL
+    assert reply.id.startswith("cmpl-") and reply.system_fingerprint.startswith("fp_")
+    assert isinstance(reply.created, int) and t0 - 1 <= reply.created
+    usage = reply.usage
+    assert (usage.prompt_tokens, usage.completion_tokens) == (
+        want.usage.prompt_tokens, want.usage.completion_tokens)
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_streamed_chunks_join_to_the_same_text(client, tiny):
+    want = _expected(tiny, CODE, max_tokens=24)
+    chunks = list(client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                            temperature=0, stream=True))
+    assert len(chunks) > 2 and len({c.id for c in chunks}) == 1
+    assert "".join(c.choices[0].text for c in chunks) == want.text
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    assert chunks[-1].choices[0].finish_reason == want.finish_reason
+    assert all(c.usage is None for c in chunks)
+
+
+def test_stream_include_usage_adds_a_final_usage_chunk(client, tiny):
+    want = _expected(tiny, CODE, max_tokens=12)
+    chunks = list(client.completions.create(
+        model=MODEL, prompt=CODE, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    *body, last = chunks
+    assert last.choices == [] and last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (
+        want.usage.prompt_tokens, want.usage.completion_tokens)
+    assert last.usage.total_tokens == want.usage.total_tokens
+    assert all(c.usage is None for c in body) and len(body) > 1
+    assert "".join(c.choices[0].text for c in body) == want.text
+    assert body[-1].choices[0].finish_reason == want.finish_reason
+
+
+def test_prompt_forms_string_ids_and_lists(client, tiny):
+    _, tokenizer = tiny
+    prompts = [CODE, "import os\n"]
+    wants = [_expected(tiny, p, max_tokens=8).text for p in prompts]
+    ids = [tokenizer.encode(p) for p in prompts]
+    for prompt in (prompts[0], ids[0]):
+        reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                          temperature=0)
+        assert [c.text for c in reply.choices] == wants[:1]
+    for prompt in (prompts, ids):  # choices indexed prompt * n + j
+        reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                          temperature=0, n=2)
+        assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+        assert [c.text for c in reply.choices] == [wants[0]] * 2 + [wants[1]] * 2
+        assert reply.usage.prompt_tokens == sum(map(len, ids))
+
+
+def test_n_choices_with_a_seed_differ_and_reproduce(client):
+    def ask():
+        reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=12,
+                                          temperature=1.0, n=3, seed=1234)
+        assert [c.index for c in reply.choices] == [0, 1, 2]
+        return [c.text for c in reply.choices]
+    first = ask()
+    assert ask() == first
+    assert len(set(first)) > 1  # each choice draws its own sample
+
+
+def test_echo_puts_the_prompt_first(client, tiny):
+    want = _expected(tiny, CODE, max_tokens=6)
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=6,
+                                      temperature=0, echo=True)
+    assert reply.choices[0].text == CODE + want.text
+
+
+def test_logprobs_are_consistent_and_greedy_picks_the_top(client, tiny):
+    want = _expected(tiny, CODE, max_tokens=10)
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=10,
+                                      temperature=0, logprobs=3)
+    lp = reply.choices[0].logprobs
+    n = reply.usage.completion_tokens
+    assert n == len(want.token_ids)
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n
+    assert len(lp.text_offset) == n and lp.text_offset == sorted(lp.text_offset)
+    assert "".join(lp.tokens) == reply.choices[0].text
+    for logprob, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(top) <= 3 and logprob <= 0
+        assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-4
+        assert logprob == pytest.approx(max(top.values()), abs=1e-5)  # greedy: top 1
+
+
+def test_echo_with_logprobs_lists_the_prompt_tokens_first(client, tiny):
+    _, tokenizer = tiny
+    prompt_ids = tokenizer.encode(CODE)
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=4,
+                                      temperature=0, echo=True, logprobs=1)
+    lp = reply.choices[0].logprobs
+    assert len(lp.tokens) == len(prompt_ids) + reply.usage.completion_tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:])
+    assert "".join(lp.tokens) == reply.choices[0].text
+    assert lp.text_offset[len(prompt_ids)] == len(CODE)
+
+
+def test_stop_string_cuts_the_text(client, tiny):
+    base = _expected(tiny, CODE, max_tokens=24).text
+    stop = base.split()[2]  # a word from the middle of the greedy text
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                      temperature=0, stop=[stop, "@@never@@"])
+    choice = reply.choices[0]
+    assert choice.text == base[:base.index(stop)]
+    assert choice.finish_reason == "stop"
+    assert choice.model_extra["stop_reason"] == stop
+
+
+def test_penalties_and_logit_bias_change_the_output(client, tiny):
+    base = _expected(tiny, CODE, max_tokens=24)
+
+    def text(**kwargs):
+        extra = kwargs.pop("extra_body", None)
+        return client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                         temperature=0, extra_body=extra,
+                                         **kwargs).choices[0].text
+    assert text() == base.text
+    for kwargs in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        got = text(**kwargs)
+        assert got != base.text, kwargs
+        assert got == _expected(tiny, CODE, max_tokens=24, **kwargs).text
+    first = base.token_ids[0]
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=3,
+                                      temperature=0, logit_bias={str(first): -100},
+                                      logprobs=1)
+    _, tokenizer = tiny
+    assert reply.choices[0].logprobs.tokens[0] != tokenizer.decode([first])
+    want = _expected(tiny, CODE, max_tokens=3, logit_bias={first: -100})
+    assert reply.choices[0].text == want.text
+
+
+def test_vllm_sampling_extras(client, tiny):
+    base = _expected(tiny, CODE, max_tokens=16)
+
+    def create(**extra):
+        return client.completions.create(model=MODEL, prompt=CODE, max_tokens=16,
+                                          temperature=extra.pop("temperature", 0),
+                                          seed=extra.pop("seed", None),
+                                          extra_body=extra).choices[0]
+    # top_k=1 and min_p=1 keep only the most likely token: greedy at temperature 1
+    assert create(temperature=1.0, seed=5, top_k=1).text == base.text
+    assert create(temperature=1.0, seed=6, min_p=1.0).text == base.text
+    # top_k -1 means off, like 0
+    assert (create(temperature=1.0, seed=7, top_k=-1).text
+            == create(temperature=1.0, seed=7, top_k=0).text)
+    got = create(repetition_penalty=1.5).text
+    assert got != base.text
+    assert got == _expected(tiny, CODE, max_tokens=16, repetition_penalty=1.5).text
+    first = base.token_ids[0]
+    stopped = create(stop_token_ids=[first])
+    assert stopped.text == "" and stopped.finish_reason == "stop"
+    assert stopped.model_extra["stop_reason"] == first
+    later = create(stop_token_ids=[first], min_tokens=4)
+    want = _expected(tiny, CODE, max_tokens=16, stop_token_ids=[first], min_tokens=4)
+    assert later.text == want.text and len(want.token_ids) >= 4
+
+
+# Every optional field of each endpoint, for "null means the default".
+COMPLETION_FIELDS = ["model", "max_tokens", "top_p", "n", "stream", "stream_options",
+                     "stop", "seed", "presence_penalty", "frequency_penalty",
+                     "logit_bias", "response_format", "top_k", "min_p",
+                     "repetition_penalty", "min_tokens", "stop_token_ids",
+                     "include_stop_str_in_output", "echo", "logprobs", "best_of",
+                     "user", "suffix", "temperature"]
+CHAT_FIELDS = [f for f in COMPLETION_FIELDS if f not in ("echo", "best_of", "suffix")] + [
+    "max_completion_tokens", "top_logprobs", "add_generation_prompt",
+    "chat_template_kwargs", "tools", "tool_choice", "metadata"]
+
+
+@pytest.mark.parametrize("path, fields, body", [
+    ("/v1/completions", COMPLETION_FIELDS, {"prompt": CODE}),
+    ("/v1/chat/completions", CHAT_FIELDS,
+     {"messages": [{"role": "user", "content": "Write add(a, b)."}],
+      "max_completion_tokens": 8})], ids=["completions", "chat"])
+def test_null_fields_mean_the_defaults(raw, path, fields, body):
+    for fixed in ({"temperature": 0}, {"seed": 99}):  # greedy, then seeded sampling
+        plain = {**body, **fixed}
+        nulls = {**{f: None for f in fields}, **plain}
+        a, b = raw.post(path, json=plain), raw.post(path, json=nulls)
+        assert a.status_code == b.status_code == 200, b.text
+        ta, tb = a.json()["choices"], b.json()["choices"]
+        assert len(ta) == len(tb) == 1
+        key = "text" if path == "/v1/completions" else "message"
+        assert ta[0][key] == tb[0][key]
+        assert ta[0]["logprobs"] is None and tb[0]["logprobs"] is None
+        assert a.json()["usage"] == b.json()["usage"]
+    assert b.json()["model"] == MODEL
+
+
+def test_json_object_response_parses(client):
+    reply = client.completions.create(
+        model=MODEL, prompt="x = {", max_tokens=48, temperature=0,
+        extra_body={"response_format": {"type": "json_object"}})
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop"
+    assert isinstance(json.loads(choice.text), dict)
+
+
+def test_json_schema_is_refused_with_a_reason(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt="x = {", max_tokens=8,
+                                  extra_body={"response_format": {
+                                      "type": "json_schema",
+                                      "json_schema": {"name": "x", "schema": {}}}})
+    assert "json_schema is not supported" in caught.value.message
+    assert caught.value.param == "response_format"
+
+
+def test_response_ids_are_unique(client):
+    ids = [client.completions.create(model=MODEL, prompt=CODE, max_tokens=1).id
+           for _ in range(4)]
+    ids += [client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}],
+        max_completion_tokens=1).id for _ in range(2)]
+    assert len(set(ids)) == len(ids)
+    assert all(i.startswith("chatcmpl-") for i in ids[4:])
+
+
+# --- 3. Chat --------------------------------------------------------------------------
+CONVERSATION = [
+    {"role": "system", "content": "You write short Python functions."},
+    {"role": "user", "content": "Add two numbers."},
+    {"role": "assistant", "content": "def add(a, b):\n    return a + b\n"},
+    {"role": "user", "content": "Now subtract them."}]
+
+
+def _chat_expected(tiny, template, messages, **params):
+    _, tokenizer = tiny
+    text = template.render(messages, add_generation_prompt=True)
+    ids = tokenizer.encode(text, allowed_special="all")
+    return ids, _expected(tiny, ids, **params)
+
+
+def test_chat_greedy_equals_generate_on_the_chatml_prompt(client, tiny, template):
+    ids, want = _chat_expected(tiny, template, CONVERSATION, max_tokens=20)
+    assert template.render(CONVERSATION, add_generation_prompt=True).startswith(
+        "<|im_start|>system\nYou write short Python functions.<|im_end|>\n")
+    reply = client.chat.completions.create(model=MODEL, messages=CONVERSATION,
+                                           max_completion_tokens=20, temperature=0)
+    choice, = reply.choices
+    assert choice.message.role == "assistant" and choice.message.content == want.text
+    assert choice.finish_reason == want.finish_reason
+    assert reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
+    assert reply.usage.prompt_tokens == len(ids)
+    assert reply.usage.completion_tokens == len(want.token_ids)
+    # max_tokens is the older name of max_completion_tokens
+    again = client.chat.completions.create(model=MODEL, messages=CONVERSATION,
+                                           max_tokens=20, temperature=0)
+    assert again.choices[0].message.content == want.text
+
+
+def test_chat_streaming_role_first_then_deltas(client, tiny, template):
+    _, want = _chat_expected(tiny, template, CONVERSATION, max_tokens=20)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=20, temperature=0,
+        stream=True, stream_options={"include_usage": True}))
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    *body, last = chunks
+    assert last.choices == [] and last.usage.completion_tokens == len(want.token_ids)
+    assert "".join(c.choices[0].delta.content or "" for c in body) == want.text
+    assert body[-1].choices[0].finish_reason == want.finish_reason
+    assert all(c.choices[0].finish_reason is None for c in body[:-1])
+
+
+def test_chat_n_and_max_completion_tokens(client):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=5, n=3, seed=11,
+        temperature=1.0)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert reply.usage.completion_tokens <= 15
+    assert all(c.finish_reason in ("length", "stop") for c in reply.choices)
+    assert any(c.finish_reason == "length" for c in reply.choices)
+
+
+def test_chat_logprobs_have_the_chat_shape(client, tiny, template):
+    _, want = _chat_expected(tiny, template, CONVERSATION, max_tokens=8)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=8, temperature=0,
+        logprobs=True, top_logprobs=2)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == len(want.token_ids) == reply.usage.completion_tokens
+    _, tokenizer = tiny
+    for token_id, entry in zip(want.token_ids, content):
+        assert bytes(entry.bytes) == tokenizer.decode_bytes([token_id])
+        assert len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].token == entry.token  # greedy: the top one
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob, abs=1e-5)
+        assert entry.top_logprobs[1].logprob <= entry.logprob <= 0
+    plain = client.chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=8, temperature=0,
+        logprobs=True)
+    assert all(e.top_logprobs == [] for e in plain.choices[0].logprobs.content)
+
+
+def test_chat_invalid_message_names_it(client, raw):
+    bad = [{"role": "user", "content": "hi"}, {"role": "user"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=bad)
+    assert "messages[1].content" in caught.value.message
+    assert caught.value.param == "messages"
+
+
+# --- 4. Errors ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request: a JSON body, or raw bytes, with or without the API key."""
+    path: str = "/v1/completions"
+    body: object = None
+    content: object = None  # bytes, or a function giving an iterator (chunked)
+    method: str = "POST"
+    key: str | None = KEY
+    headers: tuple = ()
+
+
+def completion(**body) -> Call:
+    return Call(body={"model": MODEL, "prompt": CODE, "max_tokens": 4, **body})
+
+
+def chat(**body) -> Call:
+    return Call("/v1/chat/completions", body={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 4, **body})
+
+
+def without(call: Call, field: str) -> Call:
+    return Call(call.path, {k: v for k, v in call.body.items() if k != field})
+
+
+LONG_PROMPT = [11] * 1000  # token ids; the context is 1024 positions
+
+# (name, request, expected status, what the message must say); each a distinct class.
+BAD_INPUTS = [
+    # wrong types
+    ("prompt is a number", completion(prompt=5), 400, "'prompt' must be"),
+    ("prompt list holds a number among strings", completion(prompt=["a", 5]), 400,
+     "'prompt' must be"),
+    ("max_tokens is a string", completion(max_tokens="10"), 400, "'max_tokens'"),
+    ("max_tokens is a float", completion(max_tokens=10.0), 400, "'max_tokens'"),
+    ("max_tokens is a bool", completion(max_tokens=True), 400, "'max_tokens'"),
+    ("temperature is a string", completion(temperature="hot"), 400, "'temperature'"),
+    ("stream is a string", completion(stream="yes"), 400, "'stream'"),
+    ("echo is a string", completion(echo="yes"), 400, "'echo'"),
+    ("stop is a number", completion(stop=5), 400, "'stop'"),
+    ("logit_bias is a list", completion(logit_bias=[1, 2]), 400, "'logit_bias'"),
+    ("chat logprobs is an int", chat(logprobs=3), 400, "'logprobs'"),
+    ("messages is a string", chat(messages="hi"), 400, "'messages'"),
+    ("message is not an object", chat(messages=["hi"]), 400, "messages[0]"),
+    ("message without role", chat(messages=[{"content": "hi"}]), 400,
+     "messages[0].role"),
+    ("message without content", chat(messages=[{"role": "user"}]), 400,
+     "messages[0].content"),
+    # out of range
+    ("max_tokens 0", completion(max_tokens=0), 400, "'max_tokens' must be an int >= 1"),
+    ("max_completion_tokens 0", chat(max_completion_tokens=0), 400,
+     "'max_completion_tokens'"),
+    ("temperature below 0", completion(temperature=-0.5), 400, "[0, 2]"),
+    ("temperature above 2", completion(temperature=2.5), 400, "'temperature'"),
+    ("temperature NaN", Call(content=b'{"prompt": "a", "temperature": NaN}'), 400,
+     "'temperature'"),
+    ("top_p 0", completion(top_p=0), 400, "'top_p' must be a number in (0, 1]"),
+    ("top_p above 1", completion(top_p=1.5), 400, "'top_p'"),
+    ("top_k 10**20", completion(top_k=10**20), 400, "'top_k'"),
+    ("top_k -2", completion(top_k=-2), 400, "'top_k'"),
+    ("min_p above 1", completion(min_p=1.5), 400, "'min_p'"),
+    ("repetition_penalty 0", completion(repetition_penalty=0), 400,
+     "'repetition_penalty'"),
+    ("presence_penalty above 2", completion(presence_penalty=2.5), 400,
+     "'presence_penalty'"),
+    ("frequency_penalty below -2", completion(frequency_penalty=-3), 400,
+     "'frequency_penalty'"),
+    ("n 0", completion(n=0), 400, "'n' must be an int in [1, 16]"),
+    ("n 17", completion(n=17), 400, "'n'"),
+    ("logprobs 21", completion(logprobs=21), 400, "'logprobs' must be an int in [0, 20]"),
+    ("top_logprobs 21", chat(logprobs=True, top_logprobs=21), 400, "'top_logprobs'"),
+    ("seed -1", completion(seed=-1), 400, "'seed'"),
+    ("seed 2**64", completion(seed=2**64), 400, "'seed'"),
+    ("min_tokens > max_tokens", completion(min_tokens=10, max_tokens=4), 400,
+     "'min_tokens'"),
+    ("prompt + max_tokens > context", completion(prompt=LONG_PROMPT, max_tokens=100),
+     400, ("1000", "100", "1024")),
+    ("prompt alone fills the context", completion(prompt=[11] * 1024), 400,
+     ("1024 tokens", "shorten the prompt")),
+    ("too many prompts", completion(prompt=["a"] * 65), 400, "at most 64"),
+    ("too many messages", chat(messages=[{"role": "user", "content": "a"}] * 1025),
+     400, "'messages'"),
+    # prompts
+    ("missing prompt", without(completion(), "prompt"), 400, "'prompt' is required"),
+    ("missing messages", without(chat(), "messages"), 400, "'messages' is required"),
+    ("empty prompt string", completion(prompt=""), 400, "empty"),
+    ("empty prompt list", completion(prompt=[]), 400, "'prompt' must be"),
+    ("empty messages", chat(messages=[]), 400, "'messages'"),
+    ("token id beyond the vocabulary", completion(prompt=[1, 4096]), 400,
+     "[0, 4096)"),
+    ("negative token id", completion(prompt=[[5], [-1]]), 400, "'prompt'"),
+    # stop, logit_bias, stop ids
+    ("17 stop strings", completion(stop=[f"s{i}" for i in range(17)]), 400,
+     "at most 16"),
+    ("empty stop string", completion(stop=[""]), 400, "'stop'"),
+    ("stop string too long", completion(stop=["x" * 257]), 400, "256"),
+    ("logit_bias with 1025 entries",
+     completion(logit_bias={str(i): 1 for i in range(1025)}), 400, "at most 1024"),
+    ("logit_bias key not an int", completion(logit_bias={"abc": 1}), 400,
+     "keys must be token ids"),
+    ("logit_bias value 200", completion(logit_bias={"5": 200}), 400, "[-100, 100]"),
+    ("logit_bias id beyond the vocabulary", completion(logit_bias={"5000": 1}), 400,
+     "'logit_bias'"),
+    ("stop_token_ids beyond the vocabulary", completion(stop_token_ids=[4096]), 400,
+     "'stop_token_ids'"),
+    # fields this server does not know or does not do
+    ("unknown field", completion(max_token=5), 400,
+     ("'max_token'", "did you mean 'max_tokens'")),
+    ("unknown chat field", chat(max_completion_token=5), 400,
+     "did you mean 'max_completion_tokens'"),
+    ("tools", chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
+     "'tools' is not supported"),
+    ("suffix", completion(suffix="\n"), 400, "'suffix' is not supported"),
+    ("best_of other than n", completion(best_of=3), 400, "'best_of'"),
+    ("response_format json_schema",
+     completion(response_format={"type": "json_schema", "json_schema": {}}), 400,
+     "json_schema is not supported"),
+    ("response_format of unknown type", completion(response_format={"type": "xml"}),
+     400, "'response_format'"),
+    ("stream_options without stream", completion(stream_options={
+        "include_usage": True}), 400, "only allowed with 'stream': true"),
+    ("stream_options unknown key", completion(stream=True, stream_options={"x": 1}),
+     400, "'stream_options'"),
+    ("top_logprobs without logprobs", chat(top_logprobs=2), 400,
+     "needs 'logprobs': true"),
+    ("unknown model", completion(model="gpt-4o"), 404, ("'gpt-4o'", "does not exist")),
+    # the body itself
+    ("invalid JSON", Call(content=b'{"prompt": "a",'), 400, "not valid JSON"),
+    ("body not UTF-8", Call(content=b'{"prompt": "\xff\xfe"}'), 400, "not valid JSON"),
+    ("JSON not an object", Call(content=b'["prompt", "a"]'), 400,
+     "must be a JSON object"),
+    ("JSON nested too deeply", Call(content=b"[" * 100_000), 400, "nested too deeply"),
+    ("deep but valid JSON", Call(content=b'{"prompt": ' + b"[" * 40 + b"]" * 40
+                                 + b"}"), 400, "nested too deeply"),
+    ("body over 1 MB", Call(content=b'{"prompt": "' + b"a" * (1 << 20) + b'"}'), 413,
+     "larger than 1048576 bytes"),
+    ("body over 1 MB, chunked", Call(content=lambda: iter([b" " * (1 << 19)] * 3)), 413,
+     "larger than 1048576 bytes"),
+    # HTTP
+    ("PUT on completions", Call(method="PUT"), 405, ("PUT", "use POST")),
+    ("DELETE on completions", Call(method="DELETE"), 405, ("DELETE", "use POST")),
+    ("PATCH on chat", Call("/v1/chat/completions", method="PATCH"), 405, "use POST"),
+    ("GET on completions", Call(method="GET"), 405, "use POST"),
+    ("unknown route", Call("/v1/engines", method="GET"), 404, "no route /v1/engines"),
+    ("missing API key", Call(body={"prompt": "a"}, key=None), 401, "API key"),
+    ("wrong API key", Call(body={"prompt": "a"}, key="sk-wrong"), 401, "API key"),
+]
+
+_CLIENT_ERRORS = {400: openai.BadRequestError, 401: openai.AuthenticationError,
+                  404: openai.NotFoundError, 413: openai.APIStatusError,
+                  405: openai.APIStatusError}
+
+
+def _send(base: str, call: Call) -> httpx.Response:
+    headers = dict(call.headers)
+    if call.key is not None:
+        headers["Authorization"] = f"Bearer {call.key}"
+    content = call.content() if callable(call.content) else call.content
+    if call.body is not None:
+        content = json.dumps(call.body).encode()
+        headers["Content-Type"] = "application/json"
+    return httpx.request(call.method, base + call.path, content=content,
+                         headers=headers, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("name, call, status, says", BAD_INPUTS,
+                         ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_refused(url, name, call, status, says):
+    response = _send(url, call)
+    error = _check_error_shape(response, status)
+    for part in (says,) if isinstance(says, str) else says:
+        assert part in error["message"], error
+    if status == 405:
+        assert response.headers["allow"] == "POST"
+    if status == 401:
+        assert error["code"] == "invalid_api_key"
+    if call.body is not None and call.key is not None:  # the same through the client
+        client = _client(url, api_key=call.key)
+        with pytest.raises(_CLIENT_ERRORS[status]) as caught:
+            client.post(call.path.removeprefix("/v1"), body=call.body, cast_to=object)
+        assert caught.value.status_code == status
+        assert caught.value.body == error
+
+
+def test_bad_input_classes_are_many_and_distinct():
+    names = [b[0] for b in BAD_INPUTS]
+    assert len(set(names)) == len(names) >= 40
+
+
+def test_after_the_bad_inputs_the_server_still_serves(url, client, tiny):
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=10,
+                                      temperature=0)
+    assert reply.choices[0].text == _expected(tiny, CODE, max_tokens=10).text
+    m = _metrics(url)
+    assert m["llmcore_kv_blocks_free"] == m["llmcore_kv_blocks_total"]
+    assert m["llmcore_requests_running"] == m["llmcore_requests_waiting"] == 0
+
+
+def test_content_length_is_checked_before_the_body_is_read(url):
+    """A 2 MB Content-Length is refused at once, with only 10 bytes sent."""
+    status, headers, body = _raw_http(
+        url, f"POST /v1/completions HTTP/1.1\nHost: x\nAuthorization: Bearer {KEY}\n"
+             "Content-Type: application/json\nContent-Length: 2000000\n",
+        b'{"prompt":', wait=30)
+    assert status == 413 and "larger than" in json.loads(body)["error"]["message"]
+
+
+def test_openai_client_raises_authentication_error(url):
+    for key in ("sk-wrong", KEY + "x", KEY[:-1]):
+        with pytest.raises(openai.AuthenticationError) as caught:
+            _client(url, api_key=key).completions.create(model=MODEL, prompt="a",
+                                                         max_tokens=1)
+        assert caught.value.status_code == 401
+
+
+# --- 5. Cancellation on hang-up (black box) -------------------------------------------
+def _finished(m: dict) -> float:
+    return sum(v for k, v in m.items()
+               if k.startswith("llmcore_requests_finished_total"))
+
+
+def test_closing_a_stream_cancels_the_request(url, client):
+    before = _metrics(url)
+    stream = client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
+                                       temperature=0, stream=True)
+    chunks = iter(stream)
+    next(chunks), next(chunks)
+    m = _metrics(url)
+    assert m["llmcore_requests_running"] == 1
+    assert m["llmcore_kv_blocks_free"] < m["llmcore_kv_blocks_total"]
+    stream.close()
+    _wait_for(lambda: _idle(url), "blocks free and nothing running after the close")
+    assert _finished(_metrics(url)) == _finished(before)  # cancelled, never finished
+
+
+def test_hanging_up_a_non_streaming_request_cancels_it(url):
+    before = _metrics(url)
+    body = json.dumps({"model": MODEL, "prompt": CODE, "max_tokens": 900,
+                       "temperature": 0}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                  f"{KEY}\r\nContent-Type: application/json\r\nContent-Length: "
+                  f"{len(body)}\r\n\r\n".encode() + body)
+        _wait_for(lambda: _metrics(url)["llmcore_requests_running"] == 1,
+                  "the request is running")
+    _wait_for(lambda: _idle(url), "blocks free and nothing running after the hang-up")
+    assert _finished(_metrics(url)) == _finished(before)
+
+
+# --- 6. Faults, shutdown, timeouts, backpressure (in process) --------------------------
+def test_a_request_that_fails_in_a_step_fails_alone(tiny, template, monkeypatch):
+    def broken(self, state, piece):
+        raise RuntimeError("injected fault")
+    monkeypatch.setattr(JsonConstraint, "advance", broken)  # Reply.add calls it
+    want = _expected(tiny, CODE, max_tokens=40)
+    with _in_process(tiny, template, max_batch=4) as server:
+        client = _client(server.url)
+        engine = server.engine
+        with ThreadPoolExecutor(1) as pool:
+            normal = pool.submit(lambda: client.completions.create(
+                model=MODEL, prompt=CODE, max_tokens=40, temperature=0))
+            _wait_for(lambda: engine.running or normal.done(), "the request runs")
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.completions.create(
+                    model=MODEL, prompt="x = {", max_tokens=40,
+                    extra_body={"response_format": {"type": "json_object"}})
+            assert caught.value.status_code == 500
+            assert "injected fault" in caught.value.message
+            assert "other requests were not affected" in caught.value.message
+            assert normal.result(timeout=TIMEOUT).choices[0].text == want.text
+        with pytest.raises(openai.APIError) as streamed:  # streaming: an error event
+            list(client.completions.create(
+                model=MODEL, prompt="x = {", max_tokens=40, stream=True,
+                extra_body={"response_format": {"type": "json_object"}}))
+        assert "injected fault" in streamed.value.message
+        again = client.completions.create(model=MODEL, prompt=CODE, max_tokens=40,
+                                          temperature=0)
+        assert again.choices[0].text == want.text
+        _wait_for(lambda: _engine_idle(server), "every block back in the pool")
+        assert server.worker.alive()
+
+
+def test_stopped_engine_answers_503_not_a_hang(tiny, template):
+    with _in_process(tiny, template, max_batch=2) as server:
+        assert httpx.get(server.url + "/health", timeout=TIMEOUT).status_code == 200
+        server.worker.stop()
+        health = httpx.get(server.url + "/health", timeout=TIMEOUT)
+        _check_error_shape(health, 503)
+        assert health.headers["retry-after"] == "1"
+        with pytest.raises(openai.InternalServerError) as caught:
+            _client(server.url).completions.create(model=MODEL, prompt=CODE,
+                                                   max_tokens=4)
+        assert caught.value.status_code == 503
+        assert "not running" in caught.value.message
+
+
+def test_a_body_shorter_than_its_content_length_gets_408(tiny, template):
+    with _in_process(tiny, template, max_batch=1, read_timeout=1) as server:
+        status, _, body = _raw_http(
+            server.url, "POST /v1/completions HTTP/1.1\nHost: x\n"
+                        "Content-Type: application/json\nContent-Length: 100\n",
+            b'{"prompt":', wait=20)  # 10 of 100 bytes; the socket stays open
+        assert status == 408
+        assert "did not arrive within 1 s" in json.loads(body)["error"]["message"]
+        reply = _client(server.url).completions.create(model=MODEL, prompt=CODE,
+                                                       max_tokens=2)
+        assert reply.usage.completion_tokens == 2
+
+
+def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
+    """max_batch=1: a long request runs, a second waits; the second hangs up."""
+    with _in_process(tiny, template, max_batch=1) as server:
+        engine, client = server.engine, _client(server.url)
+        stream = client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
+                                           stream=True)
+        next(iter(stream))
+        body = json.dumps({"prompt": CODE, "max_tokens": 50}).encode()
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+            _wait_for(lambda: len(engine.waiting) == 1, "the second request waits")
+        _wait_for(lambda: not engine.waiting, "the waiting request is dropped")
+        assert len(engine.running) == 1
+        stream.close()
+        _wait_for(lambda: _engine_idle(server), "every block back in the pool")
+        assert server._in_flight == 0
+
+
+def test_backpressure_answers_503_with_retry_after(tiny, template):
+    with _in_process(tiny, template, max_batch=1, max_waiting=1) as server:
+        client = _client(server.url)
+        streams = [client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
+                                             stream=True) for _ in range(2)]
+        _wait_for(lambda: server._in_flight == 2, "two requests in flight")
+        third = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT,
+                           json={"prompt": CODE, "max_tokens": 4})
+        error = _check_error_shape(third, 503)
+        assert "at capacity" in error["message"]
+        assert third.headers["retry-after"] == "1"
+        with pytest.raises(openai.InternalServerError):
+            client.completions.create(model=MODEL, prompt=CODE, max_tokens=4)
+        for s in streams:
+            s.close()
+        _wait_for(lambda: _engine_idle(server) and server._in_flight == 0,
+                  "the closed streams are cancelled")
+        reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=3)
+        assert reply.usage.completion_tokens == 3
+
+
+# --- 7. A small load test --------------------------------------------------------------
+LOAD_PROMPTS = ["def add(a, b):\n", "import os\n", "class Stack:\n", "for i in range(",
+                "# Read a file\n", "def main():\n", "x = [", "if __name__ == "]
+
+
+def test_32_concurrent_streams_equal_their_serial_answers(url, tiny):
+    jobs = [(LOAD_PROMPTS[i % 8], 8 + (i * 13) % 57) for i in range(32)]
+    wants = [_expected(tiny, p, max_tokens=m).text for p, m in jobs]
+
+    async def one(client, prompt, max_tokens):
+        stream = await client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0,
+            stream=True)
+        return "".join([c.choices[0].text async for c in stream])
+
+    async def run():
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0,
+                                    timeout=TIMEOUT)
+        async with client:
+            return await asyncio.wait_for(asyncio.gather(
+                *(one(client, p, m) for p, m in jobs), return_exceptions=True),
+                TEST_LIMIT - 30)
+    got = asyncio.run(run())
+    errors = [g for g in got if isinstance(g, BaseException)]
+    assert errors == []
+    assert got == wants
+    _wait_for(lambda: _idle(url), "every block back in the pool")
