@@ -85,15 +85,16 @@ class ParsedRequest:
 
 def parse_json(data: bytes, limits: Limits) -> Any:
     """The body as JSON, or a 400 for invalid JSON or JSON nested too deeply."""
+    too_deep = APIError(400, "the body is nested too deeply (at most "
+                             f"{limits.max_json_depth} levels of objects and arrays)")
     try:
         body = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise APIError(400, f"the body is not valid JSON: {err}") from None
     except RecursionError:
-        body = None
-    if body is None or _depth(body) > limits.max_json_depth:
-        raise APIError(400, "the body is nested too deeply (at most "
-                            f"{limits.max_json_depth} levels of objects and arrays)")
+        raise too_deep from None
+    if _depth(body) > limits.max_json_depth:
+        raise too_deep
     return body
 
 

@@ -723,6 +723,7 @@ BAD_INPUTS = [
     ("body not UTF-8", Call(content=b'{"prompt": "\xff\xfe"}'), 400, "not valid JSON"),
     ("JSON not an object", Call(content=b'["prompt", "a"]'), 400,
      "must be a JSON object"),
+    ("JSON null", Call(content=b"null"), 400, "must be a JSON object"),
     ("JSON nested too deeply", Call(content=b"[" * 100_000), 400, "nested too deeply"),
     ("deep but valid JSON", Call(content=b'{"prompt": ' + b"[" * 40 + b"]" * 40
                                  + b"}"), 400, "nested too deeply"),
