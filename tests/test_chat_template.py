@@ -40,9 +40,10 @@ def _has_template(directory: Path) -> bool:
 
 
 MODELS = sorted(d.name for d in HF_DATA.iterdir() if d.is_dir() and _has_template(d))
-# Token ids are compared for one model per vocabulary of these models (the BPE model in
-# tokenizer.json), choosing templates with reasoning markers; loading llmcore's
-# tokenizer takes 1-2 s a model, so all of them would double the test's time.
+# Token ids are compared for at least one model per vocabulary (the BPE model of
+# tokenizer.json) that llmcore's tokenizer reads (not MiniMax's split pattern, Jiutian's
+# Unigram or the MLX Qwen3's merges), preferring templates with reasoning markers:
+# loading llmcore's tokenizer takes 1-2 s, so every model would double the test's time.
 IDS_MODELS = {
     "deepseek-v3.1", "deepseek-v2", "deepseek-v2.5", "deepseek-r1-distill-llama-8b",
     "glm-4", "glm-4.7-flash", "janusflow-1.3b", "qwen-2.5", "qwen-3", "qwen-3.5",
