@@ -169,7 +169,7 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
 
 def _sampling(f: _Fields, served: ServedModel, max_tokens: int, n_prompt: int
               ) -> tuple[SamplingParams, int, bool, bool, bool]:
-    """(params, n, stream, include_usage, json_only): the fields both endpoints share."""
+    """(params, n, stream, include_usage, json_only): the fields of both endpoints."""
     lim, vocab = served.limits, served.vocab_size
     stop = f.get("stop", lambda v: isinstance(v, (str, list)),
                  "a string or a list of strings", [])

@@ -207,7 +207,7 @@ def checkpoint_dir(path_or_id: str | Path) -> Path:
     try:
         return Path(
             snapshot_download(
-                str(path_or_id), allow_patterns=["*.json", "*.safetensors"]
+                str(path_or_id), allow_patterns=["*.json", "*.safetensors", "*.jinja"]
             )
         )
     # offline, unknown repo, gated repo, ...: say so, keep the cause chained

@@ -665,8 +665,12 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from llmcore.chat import load_chat_template
-    from llmcore.pretrained import load_model, load_tokenizer
+    from importlib import resources
+    from pathlib import Path
+
+    from llmcore.chat import ChatTemplate
+    from llmcore.hf import checkpoint_dir, load_pretrained
+    from llmcore.tokenizer import Tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m llmcore.server",
                                      description="An OpenAI-compatible llmcore server")
@@ -687,13 +691,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device")
     parser.add_argument("--dtype")
     args = parser.parse_args(argv)
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    # a model bundled with the book, else a checkpoint directory or a Hub id
+    bundled = Path(str(resources.files("llmcore") / "data" / args.model))
+    directory = (bundled if "/" not in args.model and bundled.is_dir()
+                 else checkpoint_dir(args.model))
+    model = load_pretrained(directory, device=args.device, dtype=args.dtype)
     try:
-        template = load_chat_template(args.model)
+        template = ChatTemplate.from_pretrained(directory)
     except ValueError as err:
         print(f"no chat endpoint: {err}")
         template = None
-    server = OpenAIServer(model, load_tokenizer(args.model),
+    server = OpenAIServer(model, Tokenizer.from_hf_json(directory / "tokenizer.json"),
                           model_name=args.served_model_name or str(args.model),
                           chat_template=template, max_batch=args.max_batch,
                           num_blocks=args.num_blocks, block_size=args.block_size,
