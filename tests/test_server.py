@@ -19,9 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -845,35 +843,38 @@ def test_hanging_up_a_non_streaming_request_cancels_it(url):
 
 # --- 6. Faults, shutdown, timeouts, backpressure (in process) --------------------------
 def test_a_request_that_fails_in_a_step_fails_alone(tiny, template, monkeypatch):
+    running = []  # requests in the engine when the fault struck
+
     def broken(self, state, piece):
+        running.append(len(server.engine.running))
         raise RuntimeError("injected fault")
     monkeypatch.setattr(JsonConstraint, "advance", broken)  # Reply.add calls it
-    want = _expected(tiny, CODE, max_tokens=40)
+    want = _expected(tiny, CODE, max_tokens=200)
+    json_only = {"response_format": {"type": "json_object"}}
     with _in_process(tiny, template, max_batch=4) as server:
         client = _client(server.url)
-        engine = server.engine
-        with ThreadPoolExecutor(1) as pool:
-            normal = pool.submit(lambda: client.completions.create(
-                model=MODEL, prompt=CODE, max_tokens=40, temperature=0))
-            _wait_for(lambda: engine.running or normal.done(), "the request runs")
-            with pytest.raises(openai.InternalServerError) as caught:
-                client.completions.create(
-                    model=MODEL, prompt="x = {", max_tokens=40,
-                    extra_body={"response_format": {"type": "json_object"}})
-            assert caught.value.status_code == 500
-            assert "injected fault" in caught.value.message
-            assert "other requests were not affected" in caught.value.message
-            assert normal.result(timeout=TIMEOUT).choices[0].text == want.text
+        stream = client.completions.create(model=MODEL, prompt=CODE, max_tokens=200,
+                                           temperature=0, stream=True)
+        chunks = iter(stream)
+        text = next(chunks).choices[0].text
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.completions.create(model=MODEL, prompt="x = {", max_tokens=40,
+                                      extra_body=json_only)
+        assert caught.value.status_code == 500
+        assert "injected fault" in caught.value.message
+        assert "other requests were not affected" in caught.value.message
+        assert running == [2]  # it failed in a step shared with the stream
+        text += "".join(c.choices[0].text for c in chunks)
+        assert text == want.text  # the stream went on, undisturbed
         with pytest.raises(openai.APIError) as streamed:  # streaming: an error event
-            list(client.completions.create(
-                model=MODEL, prompt="x = {", max_tokens=40, stream=True,
-                extra_body={"response_format": {"type": "json_object"}}))
+            list(client.completions.create(model=MODEL, prompt="x = {", max_tokens=40,
+                                           stream=True, extra_body=json_only))
         assert "injected fault" in streamed.value.message
         again = client.completions.create(model=MODEL, prompt=CODE, max_tokens=40,
                                           temperature=0)
-        assert again.choices[0].text == want.text
+        assert again.choices[0].text == _expected(tiny, CODE, max_tokens=40).text
         _wait_for(lambda: _engine_idle(server), "every block back in the pool")
-        assert server.worker.alive()
+        assert server.worker.alive() and server._in_flight == 0
 
 
 def test_stopped_engine_answers_503_not_a_hang(tiny, template):
@@ -910,6 +911,7 @@ def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
         stream = client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
                                            stream=True)
         next(iter(stream))
+        first = list(engine.running)
         body = json.dumps({"prompt": CODE, "max_tokens": 50}).encode()
         host, port = server.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
@@ -917,10 +919,11 @@ def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
                       + str(len(body)).encode() + b"\r\n\r\n" + body)
             _wait_for(lambda: len(engine.waiting) == 1, "the second request waits")
         _wait_for(lambda: not engine.waiting, "the waiting request is dropped")
-        assert len(engine.running) == 1
+        assert list(engine.running) == first  # dropped, not admitted after the first
         stream.close()
         _wait_for(lambda: _engine_idle(server), "every block back in the pool")
         assert server._in_flight == 0
+        assert _finished(_metrics(server.url)) == 0  # both cancelled, none finished
 
 
 def test_backpressure_answers_503_with_retry_after(tiny, template):
@@ -940,6 +943,7 @@ def test_backpressure_answers_503_with_retry_after(tiny, template):
             s.close()
         _wait_for(lambda: _engine_idle(server) and server._in_flight == 0,
                   "the closed streams are cancelled")
+        assert _finished(_metrics(server.url)) == 0
         reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=3)
         assert reply.usage.completion_tokens == 3
 
