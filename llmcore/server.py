@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
                                Histogram, generate_latest)
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
@@ -365,6 +366,8 @@ class OpenAIServer:
         except TimeoutError:
             raise APIError(408, f"the body did not arrive within {self.read_timeout} "
                                 "s; check Content-Length") from None
+        except ClientDisconnect:  # the client left: no error of ours, nobody to tell
+            raise APIError(499, "the client closed the connection") from None
         return parse_json(bytes(data), self.served.limits)
 
     async def handle(self, request, parse) -> object:

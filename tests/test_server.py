@@ -1,5 +1,5 @@
-"""Tests for llmcore.server and llmcore.api: the OpenAI-compatible server, driven the way
-its users drive it.
+"""Tests for llmcore.server and llmcore.api: the OpenAI-compatible server, driven the
+way its users drive it.
 
 Black-box tests talk to ONE real server process (`python -m llmcore.server`) on an
 ephemeral port of 127.0.0.1 through the official `openai` client (raw httpx2 where the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import signal
@@ -28,6 +29,7 @@ import openai
 import pytest
 import torch
 
+from llmcore.api import Limits
 from llmcore.chat import load_chat_template
 from llmcore.constrained import JsonConstraint
 from llmcore.generate import generate
@@ -392,6 +394,10 @@ def test_stop_string_cuts_the_text(client, tiny):
     assert choice.text == base[:base.index(stop)]
     assert choice.finish_reason == "stop"
     assert choice.model_extra["stop_reason"] == stop
+    chunks = list(client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                            temperature=0, stop=stop, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == choice.text  # nothing leaks
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_penalties_and_logit_bias_change_the_output(client, tiny):
@@ -450,7 +456,8 @@ COMPLETION_FIELDS = ["model", "max_tokens", "top_p", "n", "stream", "stream_opti
                      "repetition_penalty", "min_tokens", "stop_token_ids",
                      "include_stop_str_in_output", "echo", "logprobs", "best_of",
                      "user", "suffix", "temperature"]
-CHAT_FIELDS = [f for f in COMPLETION_FIELDS if f not in ("echo", "best_of", "suffix")] + [
+CHAT_FIELDS = [f for f in COMPLETION_FIELDS
+               if f not in ("echo", "best_of", "suffix")] + [
     "max_completion_tokens", "top_logprobs", "add_generation_prompt",
     "chat_template_kwargs", "tools", "tool_choice", "metadata"]
 
@@ -659,7 +666,8 @@ BAD_INPUTS = [
      "'frequency_penalty'"),
     ("n 0", completion(n=0), 400, "'n' must be an int in [1, 16]"),
     ("n 17", completion(n=17), 400, "'n'"),
-    ("logprobs 21", completion(logprobs=21), 400, "'logprobs' must be an int in [0, 20]"),
+    ("logprobs 21", completion(logprobs=21), 400,
+     "'logprobs' must be an int in [0, 20]"),
     ("top_logprobs 21", chat(logprobs=True, top_logprobs=21), 400, "'top_logprobs'"),
     ("seed -1", completion(seed=-1), 400, "'seed'"),
     ("seed 2**64", completion(seed=2**64), 400, "'seed'"),
@@ -841,7 +849,7 @@ def test_hanging_up_a_non_streaming_request_cancels_it(url):
     assert _finished(_metrics(url)) == _finished(before)
 
 
-# --- 6. Faults, shutdown, timeouts, backpressure (in process) --------------------------
+# --- 6. Faults, shutdown, timeouts, limits, backpressure (in process) ----------------
 def test_a_request_that_fails_in_a_step_fails_alone(tiny, template, monkeypatch):
     running = []  # requests in the engine when the fault struck
 
@@ -904,6 +912,63 @@ def test_a_body_shorter_than_its_content_length_gets_408(tiny, template):
         assert reply.usage.completion_tokens == 2
 
 
+def test_hanging_up_during_the_body_is_not_a_server_error(tiny, template):
+    """A client that leaves before its whole body arrived is no server error: no
+    traceback in the log, and the server goes on serving."""
+    records = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append
+    with _in_process(tiny, template, max_batch=1) as server:
+        logging.getLogger("uvicorn.error").addHandler(handler)
+        try:
+            host, port = server.url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port)), timeout=20) as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: 100\r\n\r\n" + b'{"prompt":')
+                _wait_for(lambda: server._uvicorn.server_state.connections,
+                          "the server has the connection")
+            reply = _client(server.url).completions.create(model=MODEL, prompt=CODE,
+                                                           max_tokens=2)
+            assert reply.usage.completion_tokens == 2
+            assert [r.getMessage() for r in records] == []
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(handler)
+
+
+def test_a_silent_connection_is_closed_after_read_timeout(tiny, template):
+    with _in_process(tiny, template, max_batch=1, read_timeout=1) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        for sent in (b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"):
+            with socket.create_connection((host, int(port)), timeout=20) as s:
+                s.sendall(sent)  # nothing, or half a request head
+                assert s.recv(1024) == b""  # closed by the server, not by timeout
+
+
+def test_small_pool_and_limits(tiny, template):
+    """An in-process server with 4 KV blocks (64 tokens) and tight Limits."""
+    limits = Limits(max_body_bytes=2000, max_n=2, max_stop=1, max_prompts=2)
+    with _in_process(tiny, template, max_batch=2, num_blocks=4, limits=limits
+                     ) as server:
+        client = _client(server.url)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model=MODEL, prompt=CODE, max_tokens=100)
+        assert "KV blocks" in caught.value.message
+        assert "pool has 4" in caught.value.message
+        for kwargs, says in [({"n": 3}, "[1, 2]"), ({"stop": ["a", "b"]}, "at most 1"),
+                             ({"prompt": ["a", "b", "c"]}, "at most 2")]:
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.completions.create(**{"model": MODEL, "prompt": CODE,
+                                             "max_tokens": 2, **kwargs})
+            assert says in caught.value.message
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.completions.create(model=MODEL, prompt="a" * 3000, max_tokens=2)
+        assert caught.value.status_code == 413 and "2000 bytes" in caught.value.message
+        reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=40,
+                                          temperature=0)  # fits: 6 + 40 tokens
+        assert reply.choices[0].text == _expected(tiny, CODE, max_tokens=40).text
+        _wait_for(lambda: _engine_idle(server), "every block back in the pool")
+
+
 def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
     """max_batch=1: a long request runs, a second waits; the second hangs up."""
     with _in_process(tiny, template, max_batch=1) as server:
@@ -948,7 +1013,7 @@ def test_backpressure_answers_503_with_retry_after(tiny, template):
         assert reply.usage.completion_tokens == 3
 
 
-# --- 7. A small load test --------------------------------------------------------------
+# --- 7. A small load test ------------------------------------------------------------
 LOAD_PROMPTS = ["def add(a, b):\n", "import os\n", "class Stack:\n", "for i in range(",
                 "# Read a file\n", "def main():\n", "x = [", "if __name__ == "]
 
