@@ -376,6 +376,10 @@ class OpenAIServer:
         if not self.worker.alive():
             raise APIError(503, "the engine is not running; retry later")
         jobs = len(parsed.prompts) * parsed.n
+        if jobs > self.max_in_flight:  # would never fit: retrying cannot help
+            raise APIError(400, f"the request asks for {jobs} completions (prompts x "
+                                f"n); this server takes at most {self.max_in_flight}",
+                           param="n")
         if self._in_flight + jobs > self.max_in_flight:
             raise APIError(503, f"the server is at capacity ({self._in_flight} "
                                 "requests in flight); retry later")

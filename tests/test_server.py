@@ -994,6 +994,10 @@ def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
 def test_backpressure_answers_503_with_retry_after(tiny, template):
     with _in_process(tiny, template, max_batch=1, max_waiting=1) as server:
         client = _client(server.url)
+        with pytest.raises(openai.BadRequestError) as caught:  # retrying cannot help
+            client.completions.create(model=MODEL, prompt=["a", "b"], n=2, max_tokens=2)
+        assert "4 completions" in caught.value.message
+        assert "at most 2" in caught.value.message
         streams = [client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
                                              stream=True) for _ in range(2)]
         _wait_for(lambda: server._in_flight == 2, "two requests in flight")
