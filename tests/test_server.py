@@ -385,6 +385,20 @@ def test_echo_with_logprobs_lists_the_prompt_tokens_first(client, tiny):
     assert lp.text_offset[len(prompt_ids)] == len(CODE)
 
 
+@pytest.mark.xfail(strict=True, reason="server bug: a streamed echo carries no log "
+                   "probabilities for the prompt tokens (the non-streamed reply lists "
+                   "them); the echo chunk is sent before the prefill computed them")
+def test_streamed_echo_with_logprobs_matches_the_reply(client):
+    kwargs = dict(model=MODEL, prompt=CODE, max_tokens=4, temperature=0, echo=True,
+                  logprobs=1)
+    whole = client.completions.create(**kwargs).choices[0]
+    chunks = list(client.completions.create(**kwargs, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == whole.text
+    tokens = [t for c in chunks if c.choices[0].logprobs
+              for t in c.choices[0].logprobs.tokens]
+    assert tokens == whole.logprobs.tokens
+
+
 def test_stop_string_cuts_the_text(client, tiny):
     base = _expected(tiny, CODE, max_tokens=24).text
     stop = base.split()[2]  # a word from the middle of the greedy text
@@ -744,6 +758,8 @@ BAD_INPUTS = [
     ("GET on completions", Call(method="GET"), 405, "use POST"),
     ("unknown route", Call("/v1/engines", method="GET"), 404, "no route /v1/engines"),
     ("missing API key", Call(body={"prompt": "a"}, key=None), 401, "API key"),
+    ("models without API key", Call("/v1/models", method="GET", key=None), 401,
+     "API key"),
     ("wrong API key", Call(body={"prompt": "a"}, key="sk-wrong"), 401, "API key"),
 ]
 
