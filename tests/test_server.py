@@ -138,9 +138,9 @@ def _in_process(tiny, template, **kwargs) -> OpenAIServer:
                         **kwargs)
 
 
-def _client(base: str, **kwargs) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base + "/v1", api_key=kwargs.pop("api_key", "-"),
-                         max_retries=0, timeout=kwargs.pop("timeout", TIMEOUT))
+def _client(base: str, api_key: str = "-") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key=api_key, max_retries=0,
+                         timeout=TIMEOUT)
 
 
 # --- Helpers --------------------------------------------------------------------------
@@ -602,7 +602,7 @@ def test_chat_logprobs_have_the_chat_shape(client, tiny, template):
     assert all(e.top_logprobs == [] for e in plain.choices[0].logprobs.content)
 
 
-def test_chat_invalid_message_names_it(client, raw):
+def test_chat_invalid_message_names_it(client):
     bad = [{"role": "user", "content": "hi"}, {"role": "user"}]
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=bad)
@@ -619,7 +619,6 @@ class Call:
     content: object = None  # bytes, or a function giving an iterator (chunked)
     method: str = "POST"
     key: str | None = KEY
-    headers: tuple = ()
 
 
 def completion(**body) -> Call:
@@ -769,7 +768,7 @@ _CLIENT_ERRORS = {400: openai.BadRequestError, 401: openai.AuthenticationError,
 
 
 def _send(base: str, call: Call) -> httpx.Response:
-    headers = dict(call.headers)
+    headers = {}
     if call.key is not None:
         headers["Authorization"] = f"Bearer {call.key}"
     content = call.content() if callable(call.content) else call.content
