@@ -1,7 +1,7 @@
-"""Benchmark: the OpenAI-compatible server under load and hang-ups, vs the engine it wraps.
+"""Benchmark: the OpenAI server under load and hang-ups, vs the engine it wraps.
 
 Run: .venv/bin/python bench/serve.py [--max-batch 64] [--num-blocks N]
-         [--concurrency 64 --concurrency 256] [--repeat 2] [--threads N]
+         [--concurrency 64 --concurrency 256] [--repeat 3] [--threads N]
          [--timeout 120] [--deadline 900]
 
 Starts `python -m llmcore.server --model tiny` as a separate process on a free port
@@ -132,7 +132,8 @@ def references(model, tokenizer, requests: list[tuple[str, int]], num_blocks: in
         longest[prompt] = max(longest.get(prompt, 0), max_tokens)
     engine = Engine(model, num_blocks, BLOCK_SIZE, max_batch=1, tokenizer=tokenizer)
     for prompt, max_tokens in longest.items():
-        engine.add_request(Request(prompt, tokenizer.encode(prompt), greedy(max_tokens)))
+        engine.add_request(Request(prompt, tokenizer.encode(prompt),
+                                   greedy(max_tokens)))
     runs = {c.request_id: c.output_ids for c in engine.run()}
 
     refs = []
@@ -247,7 +248,8 @@ async def metrics(http: httpx2.AsyncClient, url: str) -> dict[str, float]:
     return out
 
 
-async def settle(http, url: str, free: float, seconds: float) -> tuple[bool, float, dict]:
+async def settle(http, url: str, free: float, seconds: float
+                 ) -> tuple[bool, float, dict]:
     """Poll /metrics until the pool is back to `free` blocks with nothing running or
     waiting: (back, seconds it took, last sample)."""
     start = time.perf_counter()
@@ -457,6 +459,18 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
     return ok
 
 
+def revision() -> str:
+    """The commit the server runs from, and whether llmcore/ differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=10).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "llmcore"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.strip() + (" with local changes in llmcore/" if dirty else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-batch", type=int, default=64)
@@ -464,8 +478,11 @@ def main() -> None:
                         "the peer (default: max-batch hang-up requests' worth)")
     parser.add_argument("--concurrency", type=int, action="append",
                         help="clients per burst (repeatable; default 64 and 256)")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeat", type=int, default=3, help="rounds")
+    parser.add_argument("--threads", type=int,
+                        default=max(1, torch.get_num_threads() - 1),
+                        help="intra-op threads of the server's engine and of the peer "
+                        "(default: torch's default less one, for the HTTP side)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds, every client call")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds the "
@@ -484,7 +501,8 @@ def main() -> None:
         args.num_blocks = args.max_batch * -(-longest // BLOCK_SIZE)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} "
           f"cores, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, "
-          f"{args.threads} threads; openai {openai.__version__}", flush=True)
+          f"{args.threads} threads; openai {openai.__version__}; llmcore at "
+          f"{revision()}", flush=True)
 
     def out_of_time(*_):
         raise TimeoutError("the bench ran past its --deadline")
