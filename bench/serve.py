@@ -42,15 +42,18 @@ inbox); the ratio server / engine-direct is taken within a round and the median 
 rounds is reported (the issue asks for >= 85%; reported, not an exit status). TTFT
 percentiles pool the requests of all rounds.
 
-Threads: the server and the peer get the same intra-op thread count, --threads,
-default torch's own default in this process (the number of cores). The server CLI has
-no thread option, so it gets it as OMP_NUM_THREADS (torch's CPU backend is OpenMP):
-with no flag the server runs as a user who starts it plainly would, and the peer is
-pinned to the same. The two never run at the same time, but the server's burst also
-shares the cores with this process (the openai client parsing every chunk) and with
-its own event loop thread, while the peer has them to itself: that is the price of
-serving over HTTP on one box, and the CPU seconds of both processes are printed with
-each burst so that it can be seen. On 2 cores, try --threads 1 as well.
+Threads: the server's engine and the peer get the same intra-op thread count,
+--threads (the server CLI has no thread option: it gets it as OMP_NUM_THREADS, torch's
+CPU backend being OpenMP). The default is torch's default (the cores) less one. The
+peer has the cores to itself, but the server shares them among its engine thread, its
+event loop thread and this process's openai client, which parses every chunk (about
+half the server's CPU seconds; both are printed with each burst). With as many OpenMP
+threads as cores, that oversubscribes the cores, and an OpenMP thread that waits at a
+barrier for a preempted sibling makes each torch op slower: on a busy 2-core VM the
+same engine-direct run of 256 requests gave 190 to 530 tok/s with 2 threads and 1,140
+to 1,380 tok/s with 1. Leaving a core for the HTTP side makes the ratio measure the
+cost of serving over HTTP rather than that contention; --threads 2 measures the server
+as `python -m llmcore.server` runs by default on 2 cores.
 """
 from __future__ import annotations
 
