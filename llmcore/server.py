@@ -151,8 +151,13 @@ class EngineThread:
         if kind == "add":
             try:
                 self.engine.add_request(request)
-            except ValueError as err:
+            except ValueError as err:  # a request that could never run
                 self._post(job, "error", APIError(400, str(err)))
+                return
+            except Exception as err:  # a bug: this request fails alone
+                self._post(job, "error", APIError(
+                    500, f"the engine could not take the request: "
+                         f"{type(err).__name__}: {err}"))
                 return
             self.jobs[request.request_id] = job
             self._post(job, "accepted")
@@ -417,11 +422,15 @@ class OpenAIServer:
             self.worker.cancel(request_id)
         self._in_flight -= jobs
 
-    @staticmethod
-    async def _accepted(events: _Events, jobs: int) -> list:
+    async def _accepted(self, events: _Events, jobs: int) -> list:
         accepted, early = 0, []
         while accepted < jobs:
-            choice, event = await events.queue.get()
+            try:  # a dead engine thread never answers: look at it every second
+                choice, event = await asyncio.wait_for(events.queue.get(), 1.0)
+            except TimeoutError:
+                if not self.worker.alive():
+                    raise APIError(503, "the engine stopped; retry later") from None
+                continue
             if event[0] == "error":
                 raise event[1]
             if event[0] == "accepted":

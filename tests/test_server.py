@@ -914,6 +914,50 @@ def test_stopped_engine_answers_503_not_a_hang(tiny, template):
         assert "not running" in caught.value.message
 
 
+def test_a_request_the_engine_cannot_take_fails_alone(tiny, template, monkeypatch):
+    """add_request raising something else than ValueError (a bug) fails that request
+    with 500; the engine thread goes on."""
+    with _in_process(tiny, template, max_batch=2) as server:
+        add = server.engine.add_request
+
+        def broken(request):
+            if request.params.max_tokens == 3:
+                raise RuntimeError("injected fault")
+            add(request)
+        monkeypatch.setattr(server.engine, "add_request", broken)
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="-",
+                               max_retries=0, timeout=20)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.completions.create(model=MODEL, prompt=CODE, max_tokens=3)
+        assert caught.value.status_code == 500
+        assert "injected fault" in caught.value.message
+        assert server.worker.alive()
+        reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=4,
+                                          temperature=0)
+        assert reply.choices[0].text == _expected(tiny, CODE, max_tokens=4).text
+        assert server._in_flight == 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_crashed_engine_loop_fails_requests_instead_of_hanging(tiny, template,
+                                                                  monkeypatch):
+    """A bug in the engine loop itself ends the engine thread: the request it was
+    handling gets 503 (not a hang), /health says so, and so do later requests."""
+    with _in_process(tiny, template, max_batch=2) as server:
+        def broken(*item):
+            raise RuntimeError("injected loop fault")
+        monkeypatch.setattr(server.worker, "_handle", broken)
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="-",
+                               max_retries=0, timeout=20)
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.completions.create(model=MODEL, prompt=CODE, max_tokens=3)
+            assert caught.value.status_code == 503
+        assert isinstance(server.worker.error, RuntimeError)
+        _check_error_shape(httpx.get(server.url + "/health", timeout=TIMEOUT), 503)
+        assert server._in_flight == 0
+
+
 def test_a_body_shorter_than_its_content_length_gets_408(tiny, template):
     with _in_process(tiny, template, max_batch=1, read_timeout=1) as server:
         status, _, body = _raw_http(
