@@ -48,8 +48,9 @@ from llmcore.engine import Completion, Engine, Request
 
 class _Events:
     """One HTTP request's mailbox: the engine thread posts (choice, event) pairs, the
-    request's asyncio task reads them from `queue`. Events: ("accepted",), ("delta",
-    text, logprobs), ("done", Completion), ("error", APIError)."""
+    request's asyncio task reads them from `queue`. Events: ("accepted",), ("prompt",
+    logprobs) (streamed echo only), ("delta", text, logprobs), ("done", Completion),
+    ("error", APIError)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, stream: bool):
         self.loop, self.stream, self.queue = loop, stream, asyncio.Queue()
@@ -67,6 +68,7 @@ class _Job:
     choice: int
     sent_chars: int = 0   # text already posted
     sent_logprobs: int = 0
+    sent_prompt: bool = False  # the prompt's log probabilities (streamed echo)
 
 
 class EngineThread:
@@ -180,17 +182,23 @@ class EngineThread:
         for request_id, state in self.engine.running.items():
             job = self.jobs.get(request_id)
             if job is not None and job.events.stream:
-                self._forward(job, state.reply.released, state.logprobs)
+                self._forward(job, state.reply.released, state.logprobs,
+                              state.prompt_logprobs)
         for completion in finished:
             job = self.jobs.pop(completion.request_id, None)
             if job is None:
                 continue
-            self._forward(job, completion.text, completion.logprobs)
+            self._forward(job, completion.text, completion.logprobs,
+                          completion.prompt_logprobs)
             self._post(job, "done", completion)
             if self.on_finish is not None:
                 self.on_finish(completion)
 
-    def _forward(self, job: _Job, text: str, logprobs: list | None) -> None:
+    def _forward(self, job: _Job, text: str, logprobs: list | None,
+                 prompt_logprobs: list | None = None) -> None:
+        if prompt_logprobs is not None and job.events.stream and not job.sent_prompt:
+            self._post(job, "prompt", prompt_logprobs)  # before any delta
+            job.sent_prompt = True
         new_logprobs = (logprobs or [])[job.sent_logprobs:]
         if len(text) > job.sent_chars or new_logprobs:
             self._post(job, "delta", text[job.sent_chars:], new_logprobs)
@@ -547,7 +555,7 @@ class _Reply:
             for choice in range(len(ids)):
                 if self.chat:
                     yield sse([delta(choice, "", role=True)])
-                elif self.parsed.echo:
+                elif self.parsed.echo and self.parsed.logprobs is None:
                     text = self.parsed.prompt_texts[choice // self.parsed.n]
                     offsets[choice] = len(text)
                     yield sse([delta(choice, text)])
@@ -558,7 +566,13 @@ class _Reply:
                 if event[0] == "error":
                     yield f"data: {json.dumps(event[1].body())}\n\n"
                     return
-                if event[0] == "delta":
+                if event[0] == "prompt":  # echo with logprobs: the prompt, scored
+                    prompt = choice // self.parsed.n
+                    text = self.parsed.prompt_texts[prompt]
+                    offsets[choice] = len(text)
+                    yield sse([delta(choice, text, self._logprobs(
+                        event[1][1:], 0, self.parsed.prompts[prompt][0]))])
+                elif event[0] == "delta":
                     _, text, logprobs = event
                     yield sse([delta(choice, text, self._logprobs(
                         logprobs, offsets[choice]))])

@@ -385,18 +385,18 @@ def test_echo_with_logprobs_lists_the_prompt_tokens_first(client, tiny):
     assert lp.text_offset[len(prompt_ids)] == len(CODE)
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: a streamed echo carries no log "
-                   "probabilities for the prompt tokens (the non-streamed reply lists "
-                   "them); the echo chunk is sent before the prefill computed them")
 def test_streamed_echo_with_logprobs_matches_the_reply(client):
-    kwargs = dict(model=MODEL, prompt=CODE, max_tokens=4, temperature=0, echo=True,
-                  logprobs=1)
-    whole = client.completions.create(**kwargs).choices[0]
+    kwargs = dict(model=MODEL, prompt=[CODE, "import os\n"], n=2, max_tokens=4,
+                  temperature=0, echo=True, logprobs=1)
+    whole = client.completions.create(**kwargs).choices
     chunks = list(client.completions.create(**kwargs, stream=True))
-    assert "".join(c.choices[0].text for c in chunks) == whole.text
-    tokens = [t for c in chunks if c.choices[0].logprobs
-              for t in c.choices[0].logprobs.tokens]
-    assert tokens == whole.logprobs.tokens
+    for choice in whole:
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == choice.index]
+        assert "".join(c.text for c in mine) == choice.text
+        logprobs = [c.logprobs for c in mine if c.logprobs]
+        for key in ("tokens", "token_logprobs", "text_offset"):
+            streamed = [v for lp in logprobs for v in getattr(lp, key)]
+            assert streamed == pytest.approx(getattr(choice.logprobs, key)), key
 
 
 def test_stop_string_cuts_the_text(client, tiny):
