@@ -412,6 +412,10 @@ def test_stop_string_cuts_the_text(client, tiny):
                                             temperature=0, stop=stop, stream=True))
     assert "".join(c.choices[0].text for c in chunks) == choice.text  # nothing leaks
     assert chunks[-1].choices[0].finish_reason == "stop"
+    kept = client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                     temperature=0, stop=stop,
+                                     extra_body={"include_stop_str_in_output": True})
+    assert kept.choices[0].text == choice.text + stop
 
 
 def test_penalties_and_logit_bias_change_the_output(client, tiny):
@@ -898,6 +902,8 @@ def test_a_request_that_fails_in_a_step_fails_alone(tiny, template, monkeypatch)
         assert again.choices[0].text == _expected(tiny, CODE, max_tokens=40).text
         _wait_for(lambda: _engine_idle(server), "every block back in the pool")
         assert server.worker.alive() and server._in_flight == 0
+        finished = _metrics(server.url)
+        assert finished['llmcore_requests_finished_total{finish_reason="error"}'] == 2
 
 
 def test_stopped_engine_answers_503_not_a_hang(tiny, template):
