@@ -192,6 +192,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def die_with_parent() -> None:
+    """In the server's child process (Linux): be killed if the bench dies, even by
+    SIGKILL, instead of serving on forever."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Server:
     """`python -m llmcore.server` in a child process, killed on exit."""
 
@@ -207,7 +217,8 @@ class Server:
                    "--device", DEVICE, "--dtype", DTYPE]
         self.log = log
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with_parent)
 
     def wait_healthy(self, seconds: float) -> None:
         end = time.monotonic() + seconds
