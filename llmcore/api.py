@@ -89,7 +89,7 @@ def parse_json(data: bytes, limits: Limits) -> Any:
                              f"{limits.max_json_depth} levels of objects and arrays)")
     try:
         body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except ValueError as err:  # not JSON, not UTF-8, or an int of > 4300 digits
         raise APIError(400, f"the body is not valid JSON: {err}") from None
     except RecursionError:
         raise too_deep from None
@@ -116,7 +116,9 @@ def _is_int(v) -> bool:
 
 
 def _is_num(v) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
+    if type(v) is int:  # JSON allows any length; a float, and torch, do not
+        return abs(v) < 2**1023
+    return type(v) is float and math.isfinite(v)
 
 
 def _show(v) -> str:

@@ -670,6 +670,12 @@ BAD_INPUTS = [
     ("temperature above 2", completion(temperature=2.5), 400, "'temperature'"),
     ("temperature NaN", Call(content=b'{"prompt": "a", "temperature": NaN}'), 400,
      "'temperature'"),
+    ("temperature 10**400 (no float holds it)", completion(temperature=10**400), 400,
+     "'temperature'"),
+    ("repetition_penalty 10**400", completion(repetition_penalty=10**400), 400,
+     "'repetition_penalty'"),
+    ("logit_bias value 10**400", completion(logit_bias={"5": 10**400}), 400,
+     "'logit_bias'"),
     ("top_p 0", completion(top_p=0), 400, "'top_p' must be a number in (0, 1]"),
     ("top_p above 1", completion(top_p=1.5), 400, "'top_p'"),
     ("top_k 10**20", completion(top_k=10**20), 400, "'top_k'"),
@@ -747,6 +753,8 @@ BAD_INPUTS = [
     ("JSON not an object", Call(content=b'["prompt", "a"]'), 400,
      "must be a JSON object"),
     ("JSON null", Call(content=b"null"), 400, "must be a JSON object"),
+    ("a 5000-digit number", Call(content=b'{"prompt": "a", "n": ' + b"9" * 5000
+                                 + b"}"), 400, "not valid JSON"),
     ("JSON nested too deeply", Call(content=b"[" * 100_000), 400, "nested too deeply"),
     ("deep but valid JSON", Call(content=b'{"prompt": ' + b"[" * 40 + b"]" * 40
                                  + b"}"), 400, "nested too deeply"),
