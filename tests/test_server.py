@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -796,8 +797,12 @@ def _send(base: str, call: Call) -> httpx.Response:
 def test_bad_input_is_refused(url, name, call, status, says):
     response = _send(url, call)
     error = _check_error_shape(response, status)
-    for part in (says,) if isinstance(says, str) else says:
+    says = (says,) if isinstance(says, str) else says
+    for part in says:
         assert part in error["message"], error
+    field = re.match(r"'(\w+)'", says[0])
+    if field:  # a refusal that starts with a field's name names it as the param
+        assert error["param"] == field[1], error
     if status == 405:
         assert response.headers["allow"] == "POST"
     if status == 401:
