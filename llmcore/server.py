@@ -385,7 +385,10 @@ class OpenAIServer:
 
     async def handle(self, request, parse) -> object:
         """Validate, submit one engine request per choice, then stream or collect."""
-        parsed: ParsedRequest = parse(await self.read_body(request), self.served)
+        body = await self.read_body(request)
+        # Tokenizing a long prompt takes a while: do it off the event loop, which
+        # meanwhile keeps streaming to the other clients.
+        parsed: ParsedRequest = await asyncio.to_thread(parse, body, self.served)
         if not self.worker.alive():
             raise APIError(503, "the engine is not running; retry later")
         jobs = len(parsed.prompts) * parsed.n
