@@ -162,8 +162,9 @@ def references(model, tokenizer, requests: list[tuple[str, int]], num_blocks: in
     return refs
 
 
-def engine_direct(model, tokenizer, requests, args) -> tuple[float, list[str]]:
-    """Output tok/s and texts of the requests added at once to one Engine."""
+def engine_direct(model, tokenizer, requests, args
+                  ) -> tuple[float, list[str], list[float]]:
+    """Output tok/s, texts and TTFTs of the requests added at once to one Engine."""
     engine = Engine(model, args.num_blocks, BLOCK_SIZE, args.max_batch,
                     tokenizer=tokenizer)
     for i, (prompt, max_tokens) in enumerate(requests):
@@ -172,8 +173,8 @@ def engine_direct(model, tokenizer, requests, args) -> tuple[float, list[str]]:
     done = engine.run()
     seconds = time.perf_counter() - start
     texts = {c.request_id: c.text for c in done}
-    return sum(len(c.output_ids) for c in done) / seconds, [
-        texts[i] for i in range(len(requests))]
+    return (sum(len(c.output_ids) for c in done) / seconds,
+            [texts[i] for i in range(len(requests))], [c.ttft for c in done])
 
 
 # -- the server process ---------------------------------------------------------------
@@ -376,12 +377,14 @@ async def measure(server: Server, model, tokenizer, requests, refs, args,
                                + server.log_tail())
 
         rows = {c: dict(server=[], engine=[], ratio=[], results=[], engine_same=True,
-                        blocks_back=True, settle=[], cpu_server=[], cpu_client=[])
+                        engine_ttft=[], blocks_back=True, settle=[], cpu_server=[],
+                        cpu_client=[])
                 for c in args.concurrency}
         for round_ in range(args.repeat):
             for c in args.concurrency:
                 row, subset = rows[c], requests[:c]
-                rate, texts = engine_direct(model, tokenizer, subset, args)
+                rate, texts, ttfts = engine_direct(model, tokenizer, subset, args)
+                row["engine_ttft"] += ttfts
                 row["engine_same"] &= texts == [t for t, _ in refs[:c]]
                 cpu_server, cpu_client = server.cpu(), time.process_time()
                 results, seconds = await burst(server.url, subset, args, deadline)
@@ -435,8 +438,10 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
         errors = sorted({r.error for run in row["results"] for r in run if r.error})
         print(f"{c} clients: CPU seconds per burst (median): server process "
               f"{statistics.median(row['cpu_server']):.1f}, bench process (openai "
-              f"client) {statistics.median(row['cpu_client']):.1f}; engine-direct "
-              f"texts identical to the references: {row['engine_same']}; blocks back "
+              f"client) {statistics.median(row['cpu_client']):.1f}; engine-direct: "
+              f"TTFT p50 {percentile(row['engine_ttft'], 50) * 1e3:.0f} ms, p99 "
+              f"{percentile(row['engine_ttft'], 99) * 1e3:.0f} ms, texts identical to "
+              f"the references: {row['engine_same']}; blocks back "
               f"within {max(row['settle']):.2f} s" + (f"; errors: {errors}"
                                                       if errors else ""))
     print(f"hang-ups: {hangup['opened']}/{HANGUPS} streams of max_tokens "
