@@ -431,7 +431,7 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
               f"{percentile(ttfts, 50) * 1e3:.0f} ms | "
               f"{percentile(ttfts, 99) * 1e3:.0f} ms | "
               f"{statistics.median(row['engine']):.0f} | "
-              f"{statistics.median(row['ratio']):.0%} | "
+              f"{statistics.median(row['ratio']):.1%} | "
               f"{'yes' if same else 'NO'} | {'yes' if row['blocks_back'] else 'NO'} |")
     print()
     for c, row in rows.items():
@@ -473,7 +473,7 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
           f"{verdict(hung_ok)}")
     for c, row in rows.items():
         ratio = statistics.median(row["ratio"])
-        print(f"  server >= 85% of engine-direct, {c} clients: {ratio:.0%} "
+        print(f"  server >= 85% of engine-direct, {c} clients: {ratio:.1%} "
               f"{'met' if ratio >= 0.85 else 'MISSED'} (reported, not an exit status)")
     return ok
 
