@@ -8,10 +8,11 @@ them all in one forward pass, and every token that comes out has exactly the
 distribution the target alone would have produced (greedy: exactly the same tokens).
 
 `accept_greedy` and `accept_sampled` are the two acceptance rules;
-`speculative_generate` runs the loop with a KV cache per model. Both caches are written
-by position (llmcore.kvcache), so a rejected guess needs no undo: its slots are
+`speculative_generate` runs the loop with a KV cache per model. Both caches are
+written by position (llmcore.kvcache), so a rejected guess needs no undo: its slots are
 overwritten by the next pass. The accepted tokens go through chapter 8's `Reply`, so a
-reply stops and reads exactly as `generate()`'s would.
+reply stops and reads exactly as `generate()`'s would. `PromptLookup` guesses without a
+draft model, by copying what followed the last few tokens earlier in the sequence.
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def accept_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor,
     rows = torch.arange(k, device=draft_tokens.device)
     p, q = target_probs[rows, draft_tokens], draft_probs[rows, draft_tokens]
     u = torch.rand(k, generator=generator, device=target_probs.device)
-    kept = (u * q <= p).int()  # u < p / q, without dividing by a q that may underflow
+    kept = (u * q < p).int()  # u < p / q, without dividing by a q that may underflow
     accepted = int(kept.cumprod(dim=0).sum())
     if accepted < k:
         dist = residual_distribution(target_probs[accepted], draft_probs[accepted])
@@ -120,11 +121,12 @@ def greedy_scores(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 @dataclass
 class SpeculativeStats:
     """What a speculative generation did: draft tokens proposed and accepted, target
-    passes."""
+    passes, and per pass how many guesses it checked and kept."""
     proposed: int = 0
     accepted: int = 0
     target_passes: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)
+    proposed_per_pass: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -143,7 +145,12 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
                          params: SamplingParams | None = None, k: int = 4, *,
                          eos_token_ids: Sequence[int] | None = None
                          ) -> tuple[GenerationResult, SpeculativeStats]:
-    """Generate a completion of `prompt` with `target`, `k` draft tokens per round.
+    """Generate a completion of `prompt` with `target`, up to `k` guesses per round.
+
+    `draft` makes the guesses: a model with the target's vocabulary (k draft steps per
+    round), or a drafter, an object whose `propose(tokens, k)` returns at most k token
+    ids as a deterministic function of `tokens` (prompt + output so far), such as
+    `PromptLookup`. A drafter may propose fewer, or none: that round is a plain step.
 
     Greedy params (the default, temperature 0) give exactly the tokens and text of
     generate(target, ...) with the same params; otherwise every token follows the
@@ -171,22 +178,27 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
     if k < 1 or not prompt_ids:
         raise ValueError(f"need k >= 1 and a non-empty prompt; got k={k}, "
                          f"{len(prompt_ids)} prompt tokens")
-    if target.cfg.vocab_size != draft.cfg.vocab_size:
+    vocab = target.cfg.vocab_size
+    drafter = hasattr(draft, "propose")  # else a model, with its own cache
+    if not drafter and not hasattr(draft, "cfg"):
+        raise TypeError("draft must be a model or a drafter with a propose(tokens, k) "
+                        f"method such as PromptLookup(); got {type(draft).__name__}")
+    if not drafter and draft.cfg.vocab_size != vocab:
         raise ValueError(f"the draft's vocabulary ({draft.cfg.vocab_size}) differs "
-                         f"from the target's ({target.cfg.vocab_size}); both must "
-                         "share one tokenizer")
+                         f"from the target's ({vocab}); both must share one tokenizer")
     if eos_token_ids is None:
         eos_token_ids = [] if tokenizer is None else default_eos_ids(tokenizer)
     reply = Reply(tokenizer, params, len(prompt_ids), eos_token_ids, start=start)
-    reply.check_vocab(target.cfg.vocab_size)
+    reply.check_vocab(vocab)
     device = target.device
     generator = None if params.seed is None else make_generator(params.seed, device)
     # Room for the prompt, the new tokens and the guesses of a last round that goes over
     max_len = len(prompt_ids) + params.max_tokens + k + 1
+    models = [target] if drafter else [target, draft]
     caches = {m: KVCache(m.cfg, 1, max_len, device=device, dtype=m.dtype)
-              for m in (target, draft)}
+              for m in models}
+    in_cache = {m: 0 for m in models}  # how many positions each cache holds
     tokens, stats = list(prompt_ids), SpeculativeStats()
-    in_cache = {target: 0, draft: 0}  # how many positions each cache holds
 
     def feed(model, ids: list[int]) -> torch.Tensor:
         """Run `ids` at the positions after the cached ones; their logits, (len(ids),
@@ -205,45 +217,64 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
             logits[j, reply.banned_ids(first + j)] = -math.inf
         return logits
 
-    if len(tokens) > 1:  # prefill all but the last prompt token: it opens a pass
-        feed(target, tokens[:-1])
-        feed(draft, tokens[:-1])
-    while not reply.done:
-        # 1. The draft guesses k tokens, one step each, after catching up on what it has
-        # not seen.
-        done_so_far = len(reply.token_ids)
-        guesses, draft_dists = [], []
-        draft_logits = feed(draft, tokens[in_cache[draft]:])[-1:]
+    def guess_with_model(first: int) -> tuple[list[int], torch.Tensor | None]:
+        """k draft steps, after catching up on what the draft has not seen: the
+        guesses and (sampling) the distributions q they were drawn from."""
+        guesses, dists = [], []
+        logits = feed(draft, tokens[in_cache[draft]:])[-1:]
         for i in range(k):
-            draft_logits = ban(draft_logits, done_so_far + i)
+            logits = ban(logits, first + i)
             if params.greedy:
-                guess = int(greedy_scores(draft_logits, params).argmax())
+                guess = int(greedy_scores(logits, params).argmax())
             else:
-                draft_dists.append(distribution(draft_logits, params)[0])
-                guess = int(torch.multinomial(draft_dists[-1], 1, generator=generator))
+                dists.append(distribution(logits, params)[0])
+                guess = int(torch.multinomial(dists[-1], 1, generator=generator))
             guesses.append(guess)
             if i + 1 < k:
-                draft_logits = feed(draft, [guess])[-1:]
-        # 2. One target pass over the last token and the k guesses: k + 1 predictions.
+                logits = feed(draft, [guess])[-1:]
+        return guesses, None if params.greedy else torch.stack(dists)
+
+    def guess_with_drafter() -> tuple[list[int], torch.Tensor | None]:
+        """The drafter's guesses; as distributions, one-hot: it is certain of them."""
+        guesses = [int(t) for t in draft.propose(tokens, k)]
+        if len(guesses) > k or any(not 0 <= t < vocab for t in guesses):
+            raise ValueError(f"{type(draft).__name__}.propose must return at most "
+                             f"k={k} token ids in [0, {vocab}); got {guesses}")
+        if params.greedy:
+            return guesses, None
+        ids = torch.tensor(guesses, dtype=torch.long, device=device)
+        return guesses, torch.nn.functional.one_hot(ids, vocab).float()
+
+    if len(tokens) > 1:  # prefill all but the last prompt token: it opens a pass
+        for model in models:
+            feed(model, tokens[:-1])
+    while not reply.done:
+        # 1. Guess up to k tokens.
+        done_so_far = len(reply.token_ids)
+        guesses, draft_dists = (guess_with_drafter() if drafter
+                                else guess_with_model(done_so_far))
+        # 2. One target pass over the last token and the guesses: one prediction more
+        # than there are guesses.
         n = len(tokens)
         target_logits = ban(feed(target, [tokens[-1]] + guesses), done_so_far)
         stats.target_passes += 1
         # 3. Keep the prefix of guesses the target agrees with, then a token of its own.
-        guess_ids = torch.tensor(guesses, device=device)
+        guess_ids = torch.tensor(guesses, dtype=torch.long, device=device)
         if params.greedy:
             scores = greedy_scores(target_logits, params)
             accepted, extra = accept_greedy(scores, guess_ids)
         else:
             accepted, extra = accept_sampled(distribution(target_logits, params),
-                                             torch.stack(draft_dists), guess_ids,
-                                             generator)
-        stats.proposed += k
+                                             draft_dists, guess_ids, generator)
+        stats.proposed += len(guesses)
         stats.accepted += accepted
+        stats.proposed_per_pass.append(len(guesses))
         stats.accepted_per_pass.append(accepted)
         # Slots past the accepted tokens hold rejected guesses; forgetting them is
         # enough: the cache is written by position and the next pass overwrites them.
         in_cache[target] = n + accepted
-        in_cache[draft] = min(in_cache[draft], n + accepted)
+        if not drafter:
+            in_cache[draft] = min(in_cache[draft], n + accepted)
         now = time.perf_counter()
         for token in guesses[:accepted] + [extra]:
             tokens.append(token)
@@ -253,5 +284,40 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
     return reply.result(), stats
 
 
+# %% chapters/10_speculative.ipynb § Guesses from the prompt
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt-lookup drafting (Saxena 2023; transformers' `prompt_lookup_num_tokens`):
+    no draft model; the guesses are the tokens that followed an earlier occurrence of
+    the last n tokens of prompt + output, for n = max_ngram, ..., 1.
+
+    Mirrors transformers' PromptLookupCandidateGenerator: n runs from min(max_ngram,
+    len(tokens) - 1) down to 1 and the first n that matches wins; the guesses are up to
+    k tokens after the match, cut at the end of the sequence (so they may run into the
+    matched suffix itself, and be fewer than k); no match, no guesses. One difference:
+    transformers takes the first (leftmost) occurrence, this takes the most recent,
+    whose continuation is the nearer context. transformers also cuts guesses at an EOS
+    and at tokens its logits processors forbid; here the target rejects a forbidden
+    guess and the Reply stops at EOS, so the output is the same.
+    """
+    max_ngram: int = 3
+
+    def __post_init__(self):
+        if (isinstance(self.max_ngram, bool) or not isinstance(self.max_ngram, int)
+                or self.max_ngram < 1):
+            raise ValueError(f"max_ngram must be an int >= 1, got {self.max_ngram!r}")
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to k guesses for the tokens that follow `tokens`."""
+        tokens = list(tokens)
+        for n in range(min(self.max_ngram, len(tokens) - 1), 0, -1):
+            suffix = tokens[-n:]
+            # Start positions from right to left: the most recent occurrence first.
+            for start in range(len(tokens) - n - 1, -1, -1):
+                if tokens[start:start + n] == suffix:
+                    return tokens[start + n:start + n + k]
+        return []
+
+
 __all__ = ['accept_greedy', 'residual_distribution', 'accept_sampled', 'distribution',
-           'greedy_scores', 'SpeculativeStats', 'speculative_generate']
+           'greedy_scores', 'SpeculativeStats', 'speculative_generate', 'PromptLookup']
