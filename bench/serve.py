@@ -544,7 +544,11 @@ def main() -> None:
         finally:
             server.stop()
             signal.alarm(0)
+        said = [line for line in server.log_tail(10_000).splitlines()
+                if not line.startswith("llmcore: serving")]
     ok = report(rows, hangup, refs, start_free, args)
+    print(f"server log: {len(said)} lines besides the banner"
+          + "".join(f"\n  {line}" for line in said[:10]))
     print(f"\nbench run time {time.perf_counter() - began:.0f} s, load average now "
           f"{os.getloadavg()[0]:.1f}")
     sys.exit(0 if ok else 1)
