@@ -70,3 +70,30 @@ def check_residual(fn: Callable) -> Verdict:
         "Exercise 10.3 (residual)", fn, cases, compare=compare,
         hint="clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
              "distributions are equal, so return p."))
+
+
+@checker
+def check_choose_k(fn: Callable) -> Verdict:
+    """`fn(alpha, t_pass, t_draft=0.0)` -> the k in 0..K with the most expected tokens
+    per second: t_pass[n] is a target pass over n tokens (n = 1..K + 1), t_draft a draft
+    step (0 for prompt lookup), k = 0 plain decoding; the smallest k on a tie."""
+    def expected(alpha, t_pass, t_draft=0.0):
+        rates = [1 / t_pass[1]]  # k = 0: one token per step
+        for k in range(1, max(t_pass)):
+            tokens = (float(k + 1) if alpha == 1
+                      else (1 - alpha ** (k + 1)) / (1 - alpha))
+            rates.append(tokens / (k * t_draft + t_pass[k + 1]))
+        return rates.index(max(rates))
+
+    flat = {n: 1.0 for n in range(1, 10)}  # verifying costs one step (a GPU, decode)
+    cpu = {1: 1.0} | {n: 1.5 + 0.3 * (n - 2) for n in range(2, 10)}  # it costs more
+    linear = {n: float(n) for n in range(1, 10)}  # n tokens cost n steps
+    args = [(0.8, flat, 0.1), (0.5, flat, 0.1), (0.9, cpu, 0.0), (0.7, cpu, 0.0),
+            (0.3, cpu, 0.0), (0.6, cpu, 0.2), (0.9, flat, 0.3), (0.95, flat, 0.0),
+            (1.0, linear, 0.0)]  # the last: every k as fast as plain decoding
+    return report(run_cases(
+        "Exercise 10.4 (choose_k)", fn, [Case(a, expected(*a)) for a in args],
+        compare=lambda got, exp: got == exp,
+        hint="for each k, expected tokens per round (1 + alpha + ... + alpha**k) "
+             "divided by the round's time, k draft steps plus t_pass[k + 1]; k = 0 "
+             "is one token per t_pass[1]; keep the smallest k among equal rates."))

@@ -41,3 +41,29 @@ ANSWERS = {
          lambda p, q: _residual(p, q, clamp=False),
          lambda p, q: (p - q).clamp(min=0) / max(float((p - q).clamp(min=0).sum()), 1e-12)]),  # p == q gives 0s
 }
+
+
+def _choose_k(alpha, t_pass, t_draft=0.0, bonus=1, draft=True, offset=1, linear=False,
+              plain=True, last_tie=False):
+    def tokens(k):
+        if linear:
+            return 1 + alpha * k
+        full = float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+        return full - 1 + bonus
+
+    rates = {0: 1 / t_pass[1]} if plain else {}
+    for k in range(1, max(t_pass)):
+        rates[k] = tokens(k) / ((k * t_draft if draft else 0) + t_pass[k + offset])
+    best = max(rates.values())
+    ties = [k for k, rate in rates.items() if rate == best]
+    return max(ties) if last_tie else min(ties)
+
+
+ANSWERS["ch10.check_choose_k"] = (
+    _choose_k,
+    [lambda a, t, d=0.0: _choose_k(a, t, d, bonus=0),       # forgot the target's own token
+     lambda a, t, d=0.0: _choose_k(a, t, d, draft=False),   # draft steps taken as free
+     lambda a, t, d=0.0: _choose_k(a, t, d, offset=0),      # verify pass over k, not k + 1
+     lambda a, t, d=0.0: _choose_k(a, t, d, linear=True),   # 1 + alpha k: guesses independent
+     lambda a, t, d=0.0: _choose_k(a, t, d, plain=False),   # never falls back to plain decoding
+     lambda a, t, d=0.0: _choose_k(a, t, d, last_tie=True)])  # the largest k on a tie
