@@ -73,6 +73,7 @@ def test_greedy_speculative_decoding_gives_the_targets_tokens(k, prompt):
     out, stats = _spec(target, draft, prompt, 10, k)
     assert out == _greedy(target, prompt, 10)
     assert stats.target_passes <= 10 and stats.proposed == k * stats.target_passes
+    assert stats.proposed_per_pass == [k] * stats.target_passes  # a draft model always guesses k
     assert sum(a + 1 for a in stats.accepted_per_pass) >= 10  # the last round may be cut short
 
 
@@ -337,3 +338,36 @@ def test_sampled_bonus_token_follows_the_target_after_the_last_guess():
         assert stats.accepted_per_pass == [2]
         thirds[out[2]] += 1
     assert (thirds / runs - after_two).abs().max() < 0.05
+
+
+def test_prompt_lookup_matches_transformers_rule_up_to_which_occurrence():
+    """transformers' PromptLookupCandidateGenerator tries the same n-gram sizes in the same
+    order and cuts the guesses the same way; it takes the first occurrence of the suffix,
+    PromptLookup the most recent one. Where only one occurrence exists, they agree."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+    gen, compared = torch.Generator().manual_seed(0), {"one": 0, "several": 0, "none": 0}
+    for _ in range(300):
+        tokens = torch.randint(0, 6, (int(torch.randint(2, 40, (1,), generator=gen)),),
+                               generator=gen).tolist()
+        k, max_ngram = int(torch.randint(1, 9, (1,), generator=gen)), 3
+        theirs = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=max_ngram,
+                                                max_length=10_000)
+        ids, _ = theirs.get_candidates(torch.tensor([tokens]))
+        their_guesses = ids[0, len(tokens):].tolist()
+        ours = PromptLookup(max_ngram).propose(tokens, k)
+        for n in range(min(max_ngram, len(tokens) - 1), 0, -1):
+            starts = [s for s in range(len(tokens) - n) if tokens[s:s + n] == tokens[-n:]]
+            if starts:
+                break
+        else:
+            starts = []
+        if not starts:
+            compared["none"] += 1
+            assert ours == their_guesses == []
+            continue
+        assert ours == tokens[starts[-1] + n:starts[-1] + n + k]
+        assert their_guesses == tokens[starts[0] + n:starts[0] + n + k]
+        compared["one" if len(starts) == 1 else "several"] += 1
+        if len(starts) == 1:
+            assert ours == their_guesses
+    assert min(compared.values()) >= 10, compared
