@@ -314,7 +314,8 @@ class PromptLookup:
             suffix = tokens[-n:]
             # Start positions from right to left: the most recent occurrence first.
             for start in range(len(tokens) - n - 1, -1, -1):
-                if tokens[start:start + n] == suffix:
+                # (comparing one token first skips building most slices)
+                if tokens[start] == suffix[0] and tokens[start:start + n] == suffix:
                     return tokens[start + n:start + n + k]
         return []
 
