@@ -19,14 +19,14 @@ the call to the first chunk with text), the completion tokens (from the usage ch
 and the text. Output tok/s = completion tokens / wall time of the whole burst.
 
 Checks (correctness targets: a miss makes the exit status 1):
-- every streamed text is the text of the same request served alone. The references
-  come from `Engine(max_batch=1)` driven in this process (cheaper than sending each
-  request alone over HTTP): one batch-1 run per opening with the largest max_tokens
-  drawn for it, then each request's text is what `llmcore.generate.Reply` (the
-  engine's own stop logic) makes of the first tokens of that run. Greedy batch-1
-  decoding does not depend on max_tokens, so this is the request run alone; a
-  handful of requests are also run alone for real, and the bench stops if the two
-  disagree;
+- every streamed text (and its usage's token count) is that of the same request
+  served alone. The references come from `Engine(max_batch=1)` driven in this
+  process (cheaper than sending each request alone over HTTP): one batch-1 run per
+  opening with the largest max_tokens drawn for it, then each request's text is what
+  `llmcore.generate.Reply` (the engine's own stop logic) makes of the first tokens of
+  that run. Greedy batch-1 decoding does not depend on max_tokens, so this is the
+  request run alone; six requests are also run alone for real, and the bench stops
+  if the two disagree;
 - no errors at any concurrency (the issue's target is 0 errors at 256);
 - llmcore_kv_blocks_free back to its starting value (and nothing running or waiting)
   after each burst, polled from /metrics for at most --settle seconds;
@@ -127,6 +127,11 @@ def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
 
+def encode(tokenizer, prompt: str) -> list[int]:
+    """A prompt's ids, as the server's llmcore.api encodes a prompt string."""
+    return tokenizer.encode(prompt, allowed_special="all")
+
+
 def references(model, tokenizer, requests: list[tuple[str, int]], num_blocks: int,
                spot_checks: int = 6) -> list[tuple[str, int]]:
     """(text, tokens) of each request served alone, by Engine(max_batch=1)."""
@@ -135,13 +140,13 @@ def references(model, tokenizer, requests: list[tuple[str, int]], num_blocks: in
         longest[prompt] = max(longest.get(prompt, 0), max_tokens)
     engine = Engine(model, num_blocks, BLOCK_SIZE, max_batch=1, tokenizer=tokenizer)
     for prompt, max_tokens in longest.items():
-        engine.add_request(Request(prompt, tokenizer.encode(prompt),
+        engine.add_request(Request(prompt, encode(tokenizer, prompt),
                                    greedy(max_tokens)))
     runs = {c.request_id: c.output_ids for c in engine.run()}
 
     refs = []
     for prompt, max_tokens in requests:  # each request's stop rules over that run
-        reply = Reply(tokenizer, greedy(max_tokens), len(tokenizer.encode(prompt)),
+        reply = Reply(tokenizer, greedy(max_tokens), len(encode(tokenizer, prompt)),
                       engine.eos_token_ids)
         for token in runs[prompt]:
             reply.add(token, 0.0)
@@ -154,7 +159,7 @@ def references(model, tokenizer, requests: list[tuple[str, int]], num_blocks: in
     for i in picks:  # a few requests run alone for real must agree
         prompt, max_tokens = requests[i]
         alone = Engine(model, num_blocks, BLOCK_SIZE, max_batch=1, tokenizer=tokenizer)
-        alone.add_request(Request(i, tokenizer.encode(prompt), greedy(max_tokens)))
+        alone.add_request(Request(i, encode(tokenizer, prompt), greedy(max_tokens)))
         (done,) = alone.run()
         if (done.text, len(done.output_ids)) != refs[i]:
             raise SystemExit(f"reference of request {i} ({prompt!r}, max_tokens "
@@ -168,7 +173,7 @@ def engine_direct(model, tokenizer, requests, args
     engine = Engine(model, args.num_blocks, BLOCK_SIZE, args.max_batch,
                     tokenizer=tokenizer)
     for i, (prompt, max_tokens) in enumerate(requests):
-        engine.add_request(Request(i, tokenizer.encode(prompt), greedy(max_tokens)))
+        engine.add_request(Request(i, encode(tokenizer, prompt), greedy(max_tokens)))
     start = time.perf_counter()
     done = engine.run()
     seconds = time.perf_counter() - start
@@ -407,7 +412,14 @@ async def measure(server: Server, model, tokenizer, requests, refs, args,
     return rows, hangup, start_free
 
 
-def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
+def identical(row: dict, refs: list[tuple[str, int]]) -> bool:
+    """Every streamed text, and its usage's token count, those of the request alone."""
+    return all(r.text == refs[i][0] and r.tokens == refs[i][1]
+               for run in row["results"] for i, r in enumerate(run))
+
+
+def report(rows: dict, hangup: dict, requests, refs, start_free: float, args
+           ) -> bool:
     """Print the table and the verdicts; return whether every correctness target
     was met."""
     ok = True
@@ -422,8 +434,7 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
         results = [r for run in row["results"] for r in run]
         errors = [r.error for r in results if r.error]
         ttfts = [r.ttft for r in results if r.ttft is not None]
-        same = all(r.text == refs[i][0] and r.tokens == refs[i][1]
-                   for run in row["results"] for i, r in enumerate(run))
+        same = identical(row, refs)
         completed = sum(r.error is None for r in results)
         ok &= not errors and same and row["blocks_back"]
         print(f"| {c} | {completed}/{len(results)} | {len(errors)} | "
@@ -444,6 +455,18 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
               f"the references: {row['engine_same']}; blocks back "
               f"within {max(row['settle']):.2f} s" + (f"; errors: {errors}"
                                                       if errors else ""))
+        wrong = [(i, r) for run in row["results"] for i, r in enumerate(run)
+                 if r.error is None and (r.text, r.tokens) != refs[i]]
+        if wrong:
+            i, r = wrong[0]
+            alone = refs[i][0]
+            k = next((k for k, (x, y) in enumerate(zip(r.text, alone)) if x != y),
+                     min(len(r.text), len(alone)))
+            window = slice(max(0, k - 20), k + 20)
+            print(f"  {len(wrong)} texts differ; the first: request {i} "
+                  f"{requests[i]}, from character {k}: {r.text[window]!r} "
+                  f"({r.tokens} tokens), alone {alone[window]!r} "
+                  f"({refs[i][1]} tokens)")
     print(f"hang-ups: {hangup['opened']}/{HANGUPS} streams of max_tokens "
           f"{HANGUP_TOKENS} opened ({hangup['running_before']} running, "
           f"{hangup['free_before']} blocks free) and closed after {HANGUP_CHUNKS} "
@@ -463,8 +486,7 @@ def report(rows: dict, hangup: dict, refs, start_free: float, args) -> bool:
     print(f"  0 errors at {top} clients (256 in the issue): {top_errors} errors "
           f"{verdict(top_errors == 0)}")
     for c, row in rows.items():
-        same = all(r.text == refs[i][0] for run in row["results"]
-                   for i, r in enumerate(run))
+        same = identical(row, refs)
         print(f"  every text identical to the request alone, {c} clients: "
               f"{verdict(same)}")
         print(f"  kv_blocks_free back to start after each {c}-client burst: "
@@ -516,7 +538,7 @@ def main() -> None:
     model, tokenizer = load(MODEL, device=DEVICE, dtype=getattr(torch, DTYPE))
     requests = request_set(max(args.concurrency))
     if args.num_blocks is None:  # room for max_batch of the longest requests
-        longest = max(len(tokenizer.encode(p)) for p in OPENINGS) + HANGUP_TOKENS
+        longest = max(len(encode(tokenizer, p)) for p in OPENINGS) + HANGUP_TOKENS
         args.num_blocks = args.max_batch * -(-longest // BLOCK_SIZE)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} "
           f"cores, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}, "
@@ -546,7 +568,7 @@ def main() -> None:
             signal.alarm(0)
         said = [line for line in server.log_tail(10_000).splitlines()
                 if not line.startswith("llmcore: serving")]
-    ok = report(rows, hangup, refs, start_free, args)
+    ok = report(rows, hangup, requests, refs, start_free, args)
     print(f"server log: {len(said)} lines besides the banner"
           + "".join(f"\n  {line}" for line in said[:10]))
     print(f"\nbench run time {time.perf_counter() - began:.0f} s, load average now "
