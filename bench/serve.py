@@ -372,7 +372,8 @@ def percentile(values: list[float], q: int) -> float:
 
 async def measure(server: Server, model, tokenizer, requests, refs, args,
                   deadline: Deadline) -> tuple[dict, dict, float]:
-    """Warm up, then the rounds, then the hang-ups: (rows, hang-up result, ok)."""
+    """Warm up, then the rounds, then the hang-ups: (rows, hang-up result, the free
+    blocks at the start)."""
     async with httpx2.AsyncClient() as http:
         start_free = (await metrics(http, server.url))["llmcore_kv_blocks_free"]
         engine_direct(model, tokenizer, requests[:8], args)  # warm-ups, not timed
