@@ -53,7 +53,11 @@ barrier for a preempted sibling makes each torch op slower: on a busy 2-core VM 
 same engine-direct run of 256 requests gave 190 to 530 tok/s with 2 threads and 1,140
 to 1,380 tok/s with 1. Leaving a core for the HTTP side makes the ratio measure the
 cost of serving over HTTP rather than that contention; --threads 2 measures the server
-as `python -m llmcore.server` runs by default on 2 cores.
+as `python -m llmcore.server` runs by default on 2 cores. After the table, the bench
+prints (from Linux's /proc) how long the server's busiest thread, its engine thread,
+ran, waited for a core, and did neither (waited for the GIL, or for the burst's first
+request and last bytes) per burst: the peer runs on a core of its own, and on a
+busy machine the waiting is where the ratio goes.
 """
 from __future__ import annotations
 
@@ -198,6 +202,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_times(pid: int) -> dict[str, tuple[float, float]]:
+    """(seconds on a core, seconds runnable but waiting for one) of each thread of a
+    process so far (Linux /proc/PID/task/TID/schedstat; empty elsewhere)."""
+    out = {}
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            ran, waited = (task / "schedstat").read_text().split()[:2]
+            out[task.name] = (int(ran) / 1e9, int(waited) / 1e9)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def busiest(before: dict, after: dict) -> tuple[float, float]:
+    """(on a core, waiting for a core) between two thread_times() of the thread that
+    ran the most in between: the server's engine thread."""
+    deltas = [(ran - before.get(tid, (0, 0))[0], waited - before.get(tid, (0, 0))[1])
+              for tid, (ran, waited) in after.items()]
+    return max(deltas, default=(0.0, 0.0))
+
+
 def die_with_parent() -> None:
     """In the server's child process (Linux): be killed if the bench dies, even by
     SIGKILL, instead of serving on forever."""
@@ -246,6 +271,9 @@ class Server:
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
+
+    def threads(self) -> dict[str, tuple[float, float]]:
+        return thread_times(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -384,7 +412,7 @@ async def measure(server: Server, model, tokenizer, requests, refs, args,
 
         rows = {c: dict(server=[], engine=[], ratio=[], results=[], engine_same=True,
                         engine_ttft=[], blocks_back=True, settle=[], cpu_server=[],
-                        cpu_client=[])
+                        cpu_client=[], engine_thread=[])
                 for c in args.concurrency}
         for round_ in range(args.repeat):
             for c in args.concurrency:
@@ -393,9 +421,12 @@ async def measure(server: Server, model, tokenizer, requests, refs, args,
                 row["engine_ttft"] += ttfts
                 row["engine_same"] &= texts == [t for t, _ in refs[:c]]
                 cpu_server, cpu_client = server.cpu(), time.process_time()
+                threads = server.threads()
                 results, seconds = await burst(server.url, subset, args, deadline)
                 row["cpu_server"].append(server.cpu() - cpu_server)
                 row["cpu_client"].append(time.process_time() - cpu_client)
+                ran, waited = busiest(threads, server.threads())
+                row["engine_thread"].append((ran, waited, seconds - ran - waited))
                 served = sum(r.tokens for r in results) / seconds
                 back, waited, _ = await settle(http, server.url, start_free,
                                                args.settle)
@@ -456,6 +487,10 @@ def report(rows: dict, hangup: dict, requests, refs, start_free: float, args
               f"the references: {row['engine_same']}; blocks back "
               f"within {max(row['settle']):.2f} s" + (f"; errors: {errors}"
                                                       if errors else ""))
+        ran, waited, neither = map(statistics.median, zip(*row["engine_thread"]))
+        print(f"  the server's engine thread per burst (median): {ran:.1f} s on a "
+              f"core, {waited:.1f} s waiting for one, {neither:.1f} s neither (the "
+              "GIL, the burst's first and last moments)")
         wrong = [(i, r) for run in row["results"] for i, r in enumerate(run)
                  if r.error is None and (r.text, r.tokens) != refs[i]]
         if wrong:
