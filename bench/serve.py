@@ -43,8 +43,8 @@ rounds is reported (the issue asks for >= 85%; reported, not an exit status). TT
 percentiles pool the requests of all rounds.
 
 Threads: the server's engine and the peer get the same intra-op thread count,
---threads (the server CLI has no thread option: it gets it as OMP_NUM_THREADS, torch's
-CPU backend being OpenMP). The default is torch's default (the cores) less one. The
+--threads (passed to the server CLI's own --threads). The default is torch's default
+(the cores) less one, the server CLI's default too. The
 peer has the cores to itself, but the server shares them among its engine thread, its
 event loop thread and this process's openai client, which parses every chunk (about
 half the server's CPU seconds; both are printed with each burst). With as many OpenMP
@@ -53,7 +53,7 @@ barrier for a preempted sibling makes each torch op slower: on a busy 2-core VM 
 same engine-direct run of 256 requests gave 190 to 530 tok/s with 2 threads and 1,140
 to 1,380 tok/s with 1. Leaving a core for the HTTP side makes the ratio measure the
 cost of serving over HTTP rather than that contention; --threads 2 measures the server
-as `python -m llmcore.server` runs by default on 2 cores. After the table, the bench
+with as many threads as cores. After the table, the bench
 prints (from Linux's /proc) how long the server's busiest thread, its engine thread,
 ran, waited for a core, and did neither (waited for the GIL, or for the burst's first
 request and last bytes) per burst: the peer runs on a core of its own, and on a
@@ -241,13 +241,13 @@ class Server:
     def __init__(self, args, log):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-                   PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
         command = [sys.executable, "-m", "llmcore.server", "--model", MODEL,
                    "--host", "127.0.0.1", "--port", str(self.port),
                    "--max-batch", str(args.max_batch),
                    "--num-blocks", str(args.num_blocks),
-                   "--device", DEVICE, "--dtype", DTYPE]
+                   "--device", DEVICE, "--dtype", DTYPE,
+                   "--threads", str(args.threads)]
         self.log = log
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
                                      stderr=subprocess.STDOUT,

@@ -723,7 +723,12 @@ def main(argv: list[str] | None = None) -> None:
                              "$LLMCORE_API_KEY; none: no key)")
     parser.add_argument("--device")
     parser.add_argument("--dtype")
+    parser.add_argument("--threads", type=int, help="the engine's intra-op threads "
+                        "(default: one less than torch's default, so that the HTTP "
+                        "side has a core of its own)")
     args = parser.parse_args(argv)
+    import torch
+    torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
     # a model bundled with the book, else a checkpoint directory or a Hub id
     bundled = Path(str(resources.files("llmcore") / "data" / args.model))
     directory = (bundled if "/" not in args.model and bundled.is_dir()
