@@ -24,6 +24,7 @@ import hmac
 import json
 import queue
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -751,7 +752,9 @@ def main(argv: list[str] | None = None) -> None:
     server.serve_forever()
 
 
-if __name__ == "__main__":
+# `python -m llmcore.server`. A notebook kernel runs this cell as __main__ too, with its
+# own command line, so the script's file name is checked as well.
+if __name__ == "__main__" and sys.argv[0].endswith("server.py"):
     main()
 
 
