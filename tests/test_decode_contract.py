@@ -2,9 +2,9 @@
 
 Each rule of llmcore.generate.Reply is one test, run against every loop: generate(),
 generate() under a JSON constraint (where the rule applies), the Engine with a
-tokenizer, speculative_generate() and the HTTP server. Stop ids and stop strings are
-chosen from what the same loop produces without them, so that each rule is exercised,
-never passed vacuously.
+tokenizer, speculative_generate() with a draft model and with prompt lookup, and the
+HTTP server. Stop ids and stop strings are chosen from what the same loop produces
+without them, so that each rule is exercised, never passed vacuously.
 """
 import json
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from llmcore.generate import generate
 from llmcore.pretrained import load
 from llmcore.sampling import SamplingParams
 from llmcore.server import OpenAIServer
-from llmcore.speculative import speculative_generate
+from llmcore.speculative import PromptLookup, speculative_generate
 
 CODE = "class Point:\n    def __init__(self, x, y):\n"
 JSON = "config = json.loads('"
@@ -81,6 +81,12 @@ def _speculative(w, prompt, params):
     return _from_result(result)
 
 
+def _prompt_lookup(w, prompt, params):
+    result, _ = speculative_generate(w["model"], PromptLookup(), w["tokenizer"], prompt,
+                                     params, k=3)
+    return _from_result(result)
+
+
 def _server(w, prompt, params):
     """Through the official client, as a user of the server calls it."""
     answer = w["client"].completions.create(
@@ -96,6 +102,7 @@ def _server(w, prompt, params):
 
 LOOPS = {"generate": (_generate, CODE), "generate+json": (_generate_json, JSON),
          "engine": (_engine, CODE), "speculative": (_speculative, CODE),
+         "prompt lookup": (_prompt_lookup, CODE),
          "server": (_server, CODE)}
 TEXT_LOOPS = [name for name in LOOPS if name != "generate+json"]  # JSON bans EOS
 

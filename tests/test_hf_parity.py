@@ -366,7 +366,7 @@ def test_hub_id_is_downloaded_with_safetensors_patterns(checkpoints, monkeypatch
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
     model = load_pretrained("llmcore-test/tiny-llama", device="cpu", dtype=torch.float32)
-    assert calls == [("llmcore-test/tiny-llama", ["*.json", "*.safetensors"])]
+    assert calls == [("llmcore-test/tiny-llama", ["*.json", "*.safetensors", "*.jinja"])]
     assert isinstance(model, Transformer)
 
 
