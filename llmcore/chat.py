@@ -298,23 +298,27 @@ class ChatTemplate:
 
 
 # %% chapters/09_serving.ipynb § Chat templates: from messages to a prompt
-def load_chat_template(name_or_path: str | Path) -> ChatTemplate:
-    """The chat template of a bundled model ("tiny", "tiny-draft"), a checkpoint
-    directory or a Hub id, resolved as `llmcore.pretrained.load_tokenizer` does."""
+def model_dir(name_or_path: str | Path) -> Path:
+    """The directory of a bundled model ("tiny", "tiny-draft"), a checkpoint directory
+    or a Hub id (downloaded), resolved as `llmcore.pretrained.load_tokenizer` does."""
     if isinstance(name_or_path, str) and "/" not in name_or_path:
         bundled = Path(str(resources.files("llmcore") / "data" / name_or_path))
         if (bundled / "config.json").is_file():
-            return ChatTemplate.from_pretrained(bundled)
+            return bundled
     try:
-        directory = checkpoint_dir(name_or_path)
+        return checkpoint_dir(name_or_path)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled model "
                                 "('tiny', 'tiny-draft') nor a checkpoint directory "
                                 "(nor a Hub id like 'org/name')") from err
-    return ChatTemplate.from_pretrained(directory)
+
+
+def load_chat_template(name_or_path: str | Path) -> ChatTemplate:
+    """The chat template of a bundled model, a checkpoint directory or a Hub id."""
+    return ChatTemplate.from_pretrained(model_dir(name_or_path))
 
 
 __all__ = ['CHATML', 'REASONING_KEYS', 'TemplateRaised', 'GenerationTag',
            'TemplateNamespace', 'TemplateDict', 'raise_exception', 'tojson',
            'strftime_now', 'compile_template', 'check_messages', 'special_tokens_of',
-           'ChatTemplate', 'load_chat_template']
+           'ChatTemplate', 'model_dir', 'load_chat_template']

@@ -699,11 +699,8 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from importlib import resources
-    from pathlib import Path
-
-    from llmcore.chat import ChatTemplate
-    from llmcore.hf import checkpoint_dir, load_pretrained
+    from llmcore.chat import ChatTemplate, model_dir
+    from llmcore.hf import load_pretrained
     from llmcore.tokenizer import Tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m llmcore.server",
@@ -730,10 +727,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
-    # a model bundled with the book, else a checkpoint directory or a Hub id
-    bundled = Path(str(resources.files("llmcore") / "data" / args.model))
-    directory = (bundled if "/" not in args.model and bundled.is_dir()
-                 else checkpoint_dir(args.model))
+    directory = model_dir(args.model)
     model = load_pretrained(directory, device=args.device, dtype=args.dtype)
     try:
         template = ChatTemplate.from_pretrained(directory)
