@@ -225,7 +225,6 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int, n_prompt: int
                             f"({max_tokens}) exceed the model's context of "
                             f"{served.context} tokens; lower max_tokens to at most "
                             f"{room} or shorten the prompt", param="max_tokens")
-    num = (_is_num, "a number")
     values = dict(
         temperature=f.get("temperature", lambda v: _is_num(v) and 0 <= v <= 2,
                           "a number in [0, 2]", 1.0),
@@ -235,9 +234,9 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int, n_prompt: int
                                          "a number in [0, 1]", 0.0),
         repetition_penalty=f.get("repetition_penalty", lambda v: _is_num(v) and v > 0,
                                  "a number > 0 (1 = off)", 1.0),
-        presence_penalty=f.get("presence_penalty", lambda v: num[0](v) and
+        presence_penalty=f.get("presence_penalty", lambda v: _is_num(v) and
                                -2 <= v <= 2, "a number in [-2, 2]", 0.0),
-        frequency_penalty=f.get("frequency_penalty", lambda v: num[0](v) and
+        frequency_penalty=f.get("frequency_penalty", lambda v: _is_num(v) and
                                 -2 <= v <= 2, "a number in [-2, 2]", 0.0),
         logit_bias=bias, max_tokens=max_tokens,
         seed=f.get("seed", lambda v: _is_int(v) and 0 <= v < 2**64,
