@@ -233,6 +233,14 @@ def headings(text: str) -> list[tuple[int, str]]:
     return [(len(m.group(1)), m.group(2)) for m in _HEADING.finditer(text)]
 
 
+def heading_text(markdown: str) -> str:
+    """A heading's text as MyST passes it to the slug function (markup and link targets
+    dropped, inline code kept)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"\$[^$]*\$", "", text)
+    return re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", text).strip()
+
+
 def heading_slugs() -> dict[str, str]:
     """Chinese heading text -> the slug of the English heading it translates.
 
@@ -246,13 +254,104 @@ def heading_slugs() -> dict[str, str]:
     for name in sources():
         for u in load(name):
             for (_, en), (_, zh) in zip(headings(u.en), headings(u.zh)):
-                slug = default_slugify(en)
-                if out.get(zh, slug) != slug:
+                key, slug = heading_text(zh), default_slugify(heading_text(en))
+                if out.get(key, slug) != slug:
                     raise ValueError(f"book/zh/{name}.yml: the Chinese heading {zh!r} "
-                                     f"translates two English headings ({out[zh]!r}, "
+                                     f"translates two English headings ({out[key]!r}, "
                                      f"{slug!r}); make the translations differ")
-                out[zh] = slug
+                out[key] = slug
     return out
+
+
+# --- the Chinese edition's source tree ------------------------------------------------------
+
+SETUP_LANGUAGE = ('\nimport os\n\n'
+                  'os.environ["LLMCORE_LANG"] = "zh"  # 练习检查器用中文输出结果')
+
+
+def translated(name: str) -> dict[str, str]:
+    """Unit id -> Chinese text, for the units whose translation is current. A unit without a
+    current translation is shown in English (the drift gate fails on it; a build does not)."""
+    current = dict(english_units(sources()[name]))
+    return {u.id: u.zh for u in load(name)
+            if u.zh.strip() and u.id in current and u.sha == digest(current[u.id])}
+
+
+def _zh_notebook(path: Path) -> dict:
+    from llmcore.exercises import translate_verdicts
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    zh = translated(path.stem)
+    first_code = True
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown" and cell["id"] in zh:
+            cell["source"] = zh[cell["id"]]
+        elif cell["cell_type"] == "code":
+            if first_code:  # the setup cell: the checkers of this notebook speak Chinese
+                cell["source"] = "".join(cell["source"]) + SETUP_LANGUAGE
+                first_code = False
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    out["text"] = translate_verdicts("".join(out["text"]), "zh")
+    nb["metadata"]["language"] = "zh"
+    return nb
+
+
+def write_zh_source(dst: Path) -> Path:
+    """Write the Chinese edition's Jupyter Book source tree into `dst` (replacing it):
+    the English tree with every markdown unit translated, Chinese captions and title, and
+    `language: zh_CN`. Code cells and outputs are the English notebooks' own."""
+    import shutil
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    site = yaml.safe_load((ZH / "site.yml").read_text(encoding="utf-8"))
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    cfg["title"] = site["title"]
+    conf = cfg["sphinx"]["config"]
+    conf["language"] = "zh_CN"
+    conf["myst_heading_slug_func"] = "zh_slugs.slugify"
+    conf["nb_code_prompt_show"] = "显示代码"  # the book hides inputs only (hide-input)
+    conf["nb_code_prompt_hide"] = "隐藏代码"
+    (dst / "_config.yml").write_text(
+        "# Written by scripts/i18n.py from the English _config.yml; do not edit.\n"
+        + yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    for part in toc["parts"]:
+        part["caption"] = site["captions"][part["caption"]]
+    (dst / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
+                                  encoding="utf-8")
+    shutil.copytree(ROOT / "book", dst / "book", ignore=shutil.ignore_patterns("zh"))
+    (dst / "book" / "_ext" / "zh_slugs.json").write_text(
+        json.dumps(heading_slugs(), ensure_ascii=False, indent=0), encoding="utf-8")
+    for name, src in sources().items():
+        if src.suffix == ".ipynb":
+            out = dst / "chapters" / src.name
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(json.dumps(_zh_notebook(src), ensure_ascii=False, indent=1) + "\n",
+                           encoding="utf-8")
+        else:
+            zh = translated(name)
+            blocks = [zh.get(uid, en) for uid, en in english_units(src)]
+            (dst / "book" / src.name).write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return dst
+
+
+# --- markup that renders in English and not in Chinese -------------------------------------
+
+def _leftover_markers(text: str) -> int:
+    """How many `*` / `_` emphasis markers CommonMark leaves as literal text. In Chinese a
+    closing `**` after punctuation and before a character does not close (CommonMark's
+    flanking rule): `**对数几率（logits）**向量` shows its asterisks."""
+    from markdown_it import MarkdownIt
+
+    count = 0
+    for token in MarkdownIt("commonmark").parse(text):
+        for child in token.children or []:
+            if child.type == "text":
+                count += len(re.findall(r"\*+|(?<![\w])_+|_+(?![\w])", child.content))
+    return count
 
 
 # --- the drift gate -------------------------------------------------------------------------
@@ -299,6 +398,12 @@ def problems_of(names: list[str] | None = None) -> list[tuple[str, str, str]]:
             if [lv for lv, _ in headings(en)] != [lv for lv, _ in headings(u.zh)]:
                 problems.append((name, uid, f"{where}: the translation's headings "
                                 f"{headings(u.zh)} do not match the English's {headings(en)}"))
+            if _leftover_markers(u.zh) > _leftover_markers(en):
+                problems.append((name, uid, f"{where}: emphasis that does not render: a "
+                                 f"`**` or `*` shows as text in the translation. CommonMark "
+                                 f"closes `**` before a Chinese character only when no "
+                                 f"punctuation precedes it: write `**对数几率**（logits）` or "
+                                 f"`**对数几率（logits）** 向量`, not `**对数几率（logits）**向量`"))
             missing = missing_terms(u, terms)
             if missing:
                 problems.append((name, uid, f"{where}: glossary terms in the English without their "

@@ -21,7 +21,10 @@ shows up as an error. A page fails on:
   first;
 - exercise: an exercise whose number (`Exercise 7.1` in its title) differs from the
   number in the first checker verdict printed after it (`Exercise 7.1 (name): ...`), or
-  that has no verdict.
+  that has no verdict (the Chinese edition's "练习 7.1" the same way);
+- markup: Markdown emphasis left as text (`**` or `__` in a paragraph, list or heading);
+- language: no link to the page's other edition (English / 中文), or one that does not
+  open (the Chinese edition is under zh/, scripts/build_book.py).
 
 Printed output wraps on the site (as in Jupyter), so it never counts as too wide; its
 wrapped lines are counted in a note. A full-page PNG screenshot of every page (as a
@@ -51,6 +54,8 @@ CATEGORIES = {
     "table": "tables too wide",
     "math": "display equations too wide",
     "exercise": "exercise numbers",
+    "markup": "markdown left as text",
+    "language": "language switch",
 }
 SHOWN_PER_CATEGORY = 5  # per page in the printed list; report.json holds every problem
 INSTALL = "Debian/Ubuntu: `sudo apt-get install chromium`"
@@ -214,8 +219,9 @@ _OVERFLOW = r"""() => {
 # Each exercise admonition's number against the first checker verdict printed after it.
 _EXERCISES = r"""() => {
   // "Exercise 7.1 (Title)", "Exercise 7.1", "Exercise (A.2)", "Exercise 25 (Title)"
-  const num = /Exercise\s*\(?\s*(\d+(?:\s*\.\s*\d+)?|[A-Z]\s*\.\s*\d+)(?!\w|\.\d)/;
-  const verdict = /Exercise\s+([A-Z]|\d+)\.(\d+)\s+\(/;
+  const num =
+    /(?:Exercise|练习)\s*\(?\s*(\d+(?:\s*\.\s*\d+)?|[A-Z]\s*\.\s*\d+)(?!\w|\.\d)/;
+  const verdict = /(?:Exercise|练习)\s+([A-Z]|\d+)\.(\d+)\s+\(/;
   const out = [];
   let current = null;
   const finish = () => {
@@ -250,6 +256,41 @@ _EXERCISES = r"""() => {
 }"""
 
 
+# Emphasis markers that Markdown did not turn into emphasis (a closing `**` after Chinese
+# punctuation and before a character does not close, CommonMark's flanking rule).
+_MARKUP = r"""() => {
+  const out = [];
+  const sel = '.bd-article p, .bd-article li, .bd-article h1, .bd-article h2, '
+    + '.bd-article h3, .bd-article td, .bd-article dd';
+  for (const el of document.querySelectorAll(sel)) {
+    if (el.closest('.cell_output, pre, code, .highlight')) continue;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (n.parentElement.closest('code, pre, mjx-container')) continue;
+      const m = n.textContent.match(/\*\*|__/);
+      if (m) {
+        const t = n.textContent, i = m.index;
+        out.push('"' + t.slice(Math.max(0, i - 25), i + 25).replace(/\s+/g, ' ') + '"');
+      }
+    }
+  }
+  return [...new Set(out)];
+}"""
+
+# The link to the same page in the other edition (book/_static/lang-switch.js) opens.
+_LANGUAGE = r"""async () => {
+  const a = document.querySelector('a.lang-switch');
+  if (!a) return ['no language switch (English / 中文) on this page'];
+  try {
+    const r = await fetch(a.href.split('#')[0], {method: 'HEAD'});
+    if (!r.ok) return [`the language switch leads to ${a.href}: HTTP ${r.status}`];
+  } catch (e) {
+    return [`the language switch leads to ${a.href}: ${e}`];
+  }
+  return [];
+}"""
+
+
 def _console_error(problems: dict, message) -> None:
     if message.type != "error":
         return
@@ -276,6 +317,8 @@ def check_page(context, url: str, shot: Path | None) -> dict:
         problems["tex"] += page.evaluate(_RAW_TEX)
         problems["image"] += page.evaluate(_BROKEN_IMAGES)
         problems["exercise"] += page.evaluate(_EXERCISES)
+        problems["markup"] += page.evaluate(_MARKUP)
+        problems["language"] += page.evaluate(_LANGUAGE)
         if shot is not None:
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)

@@ -163,3 +163,90 @@ def test_exercises_package_wraps_at_88_columns():
             for path in sorted(Path(ex.__file__).parent.glob("*.py"))
             for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 88]
     assert not long, "lines longer than 88 columns:\n" + "\n".join(long)
+
+
+# --- the checkers in the reader's language (the Chinese edition) ---------------------------
+
+def _checker_messages() -> dict[str, str]:
+    """Every fixed English text a checker can print: hints (`hint=`), the property checks of
+    `run_checks` (the first item of each pair) and the messages of hand-made verdicts, by
+    text -> where. f-strings (messages with values in them) are left out."""
+    import ast
+
+    def text(node):
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value,
+                                                                           str) else None
+
+    found: dict[str, str] = {}
+    for path in sorted(Path(ex.__file__).parent.glob("ch*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            items = [kw.value for kw in node.keywords if kw.arg == "hint"]
+            if name.endswith("run_checks") and len(node.args) > 1 and isinstance(
+                    node.args[1], ast.List):
+                items += [e.elts[0] for e in node.args[1].elts
+                          if isinstance(e, ast.Tuple) and e.elts]
+            if name == "Verdict" and len(node.args) > 2:
+                items.append(node.args[2])
+            for item in items:
+                if text(item):
+                    found.setdefault(text(item), f"{path.name}:{item.lineno}")
+    return found
+
+
+def test_every_checker_message_has_its_chinese():
+    from llmcore.exercises.zh import MESSAGES
+
+    found = _checker_messages()
+    assert len(found) > 100  # the collector sees the checkers' texts
+    missing = [f"{where}: {text!r}" for text, where in found.items() if text not in MESSAGES]
+    assert not missing, ("checker texts without a Chinese entry in "
+                         "llmcore/exercises/zh.py:\n" + "\n".join(missing))
+    unused = [text for text in MESSAGES if text not in found]
+    assert not unused, f"entries of llmcore/exercises/zh.py no checker prints: {unused}"
+    english_left = [t for t, zh in MESSAGES.items()
+                    if not re.search(r"[\u4e00-\u9fff]", zh)]
+    assert not english_left, f"entries with no Chinese in them: {english_left}"
+
+
+def test_verdicts_speak_the_chosen_language(capsys, monkeypatch):
+    from llmcore.exercises import ch03
+
+    try:
+        ex.set_language("zh")
+        ch03.check_rotate_pair(_skeleton)
+        assert capsys.readouterr().out.startswith(
+            "✏️ 练习 3.2 (rotate_pair)：尚未作答。把 `raise NotImplementedError`")
+        ch03.check_rotate_pair(lambda x, y, a: (x, y))  # not turned at all
+        out = capsys.readouterr().out
+        assert out.startswith("❌ 练习 3.2 (rotate_pair)：未通过。用例 1 "), out
+        assert "提示：" in out and "Hint" not in out
+        ex.set_language(None)
+        monkeypatch.setenv("LLMCORE_LANG", "zh")
+        ch03.check_rotate_pair(_skeleton)
+        assert "尚未作答" in capsys.readouterr().out
+        monkeypatch.setenv("LLMCORE_LANG", "fr")
+        with pytest.raises(ValueError, match=r"LLMCORE_LANG must be one of \('en', 'zh'\)"):
+            ch03.check_rotate_pair(_skeleton)
+        with pytest.raises(ValueError, match="language must be one of"):
+            ex.set_language("french")
+        monkeypatch.delenv("LLMCORE_LANG")
+        ch03.check_rotate_pair(_skeleton)
+        assert "Exercise 3.2 (rotate_pair): not attempted" in capsys.readouterr().out
+    finally:
+        ex.set_language(None)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_printed_verdicts_translate_to_chinese(path):
+    """The Chinese edition shows the notebooks' own outputs, their verdicts rewritten."""
+    text = "\n".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "code" for o in c.get("outputs", []))
+    lines = [ln for ln in text.splitlines() if re.match(r"^(✅|❌|✏️) Exercise ", ln)]
+    assert lines, f"{path.name} prints no verdict"
+    for line in lines:
+        zh = ex.translate_verdicts(line, "zh")
+        assert re.match(r"^(✅|❌|✏️) 练习 [0-9A-Z]+\.\d+ \(\w+\)：(通过|未通过|尚未作答)。", zh), zh
+        assert not re.search(r"\b(passed|failed|cases|checks|Replace)\b", zh), zh

@@ -5,6 +5,7 @@ numbers that differ from their checkers'. Without Debian's chromium both tests s
 say so."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -42,6 +43,11 @@ BAD_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title
 <div class="exercise admonition">
   <p class="admonition-title">Exercise 3.2 (Fine)</p></div>
 <div class="cell_output"><pre>✏️ Exercise 3.2 (norm): not attempted.</pre></div>
+<div class="exercise admonition">
+  <p class="admonition-title">练习 3.3 (旋转)</p></div>
+<div class="cell_output"><pre>✏️ 练习 3.4 (rope)：尚未作答。</pre></div>
+<p>模型给每个位置一个**对数几率（logits）**向量。</p>
+<a class="lang-switch" href="zh/page.html">中文</a>
 </article>
 <script>console.error("boom"); undefined_function();</script>
 <script src="https://cdn.example.org/needs-the-network.js"></script>
@@ -63,4 +69,9 @@ def test_the_site_check_finds_each_kind_of_problem(tmp_path):
     assert len(problems["tex"]) == 2 and len(problems["image"]) == 1
     assert len(problems["code"]) == len(problems["table"]) == len(problems["math"]) == 1
     assert problems["exercise"] == [
-        '"Exercise 3.1 (Rotate)" is numbered 3.1, its checker prints 3.2']
+        '"Exercise 3.1 (Rotate)" is numbered 3.1, its checker prints 3.2',
+        '"练习 3.3 (旋转)" is numbered 3.3, its checker prints 3.4']
+    assert len(problems["markup"]) == 1 and "**对数几率（logits）**向量" in problems["markup"][0]
+    assert len(problems["language"]) == 1, problems["language"]
+    assert re.search(r"leads to http://127\.0\.0\.1:\d+/zh/page\.html: HTTP 404",
+                     problems["language"][0]), problems["language"]

@@ -17,15 +17,44 @@ Usage in a chapter::
 
     from llmcore.exercises import ch00
     ch00.check_weights_gib(weights_gib)
+
+Verdicts speak the reader's language: English by default, Chinese in the book's Chinese
+edition, whose setup cell sets ``LLMCORE_LANG=zh`` (or call :func:`set_language`). Each
+checker writes its hints in English; :mod:`llmcore.exercises.zh` holds their Chinese, and
+``tests/test_exercises.py`` fails when a hint has none.
 """
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 _SKELETON = "Replace the `raise NotImplementedError` with your code."
+LANGUAGES = ("en", "zh")
+_language: str | None = None
+
+
+def set_language(lang: str | None) -> None:
+    """Make every verdict speak ``lang`` ("en" or "zh"); None goes back to
+    ``$LLMCORE_LANG`` (default "en")."""
+    global _language
+    if lang is not None and lang not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {lang!r}")
+    _language = lang
+
+
+def language() -> str:
+    """The verdicts' language: :func:`set_language`'s, else ``$LLMCORE_LANG``, else "en"."""
+    if _language is not None:
+        return _language
+    lang = os.environ.get("LLMCORE_LANG", "en") or "en"
+    if lang not in LANGUAGES:
+        raise ValueError(f"$LLMCORE_LANG must be one of {LANGUAGES} (the language of the "
+                         f"exercise checkers), got {lang!r}")
+    return lang
 
 
 @dataclass(frozen=True)
@@ -52,12 +81,75 @@ class Verdict:
         return self.status == PASSED
 
     def __str__(self) -> str:
+        return self.render(language())
+
+    def render(self, lang: str = "en") -> str:
+        """The verdict's line in ``lang``: "✅ Exercise 7.1 (name): passed. ..." or
+        "✅ 练习 7.1 (name)：通过。..."."""
         mark = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️"}[self.status]
+        if lang == "zh":
+            exercise = re.sub(r"^Exercise ", "练习 ", self.exercise)
+            return (f"{mark} {exercise}：{_ZH_STATUS[self.status]}。"
+                    f"{zh_message(self.message)}")
         return f"{mark} {self.exercise}: {self.status}. {self.message}"
 
     def _ipython_display_(self) -> None:
         # the checker already printed the verdict; showing it again would repeat it
         pass
+
+
+_ZH_STATUS = {PASSED: "通过", FAILED: "未通过", NOT_ATTEMPTED: "尚未作答"}
+
+
+def _zh(text: str) -> str:
+    """The Chinese of one checker's hint or check (:mod:`.zh`), else the English."""
+    from .zh import MESSAGES
+
+    return MESSAGES.get(text, text)
+
+
+def _zh_hint(rest: str) -> str:
+    return f"提示：{_zh(rest)}" if rest else ""
+
+
+# The shapes of every message this module builds, English -> Chinese.
+_ZH_MESSAGES: list[tuple[re.Pattern, Callable[[re.Match], str]]] = [
+    (re.compile(re.escape(_SKELETON) + "$"),
+     lambda m: "把 `raise NotImplementedError` 换成你的代码。"),
+    (re.compile(r"all (\d+) cases match\.$"), lambda m: f"全部 {m[1]} 个用例都对。"),
+    (re.compile(r"all (\d+) checks hold\.$"), lambda m: f"全部 {m[1]} 项检查都成立。"),
+    (re.compile(r"expected a function, got (\S+)\.$"),
+     lambda m: f"应当传入一个函数，传入的是 {m[1]}。"),
+    (re.compile(r"case (\d+) (\(.*\)): expected (.*), got (.*?)\.(?: Hint: (.*))?$", re.S),
+     lambda m: f"用例 {m[1]} {m[2]}：应为 {m[3]}，得到 {m[4]}。{_zh_hint(m[5] or '')}"),
+    (re.compile(r"case (\d+) (\(.*\)) raised (.*)$", re.S),
+     lambda m: f"用例 {m[1]} {m[2]} 抛出了 {m[3]}"),
+    (re.compile(r"check (\d+) \((.*)\) raised (\w+): (.*)$", re.S),
+     lambda m: f"检查 {m[1]}（{_zh(m[2])}）抛出了 {m[3]}: {m[4]}"),
+    (re.compile(r"check (\d+): (.*)\.$", re.S),
+     lambda m: f"检查 {m[1]} 不成立：{_zh(m[2])}。"),
+]
+
+
+def zh_message(message: str) -> str:
+    """The Chinese of a verdict's message (English if no rule or catalog entry knows it)."""
+    for pattern, render in _ZH_MESSAGES:
+        m = pattern.match(message)
+        if m:
+            return render(m)
+    return _zh(message)
+
+
+_VERDICT_LINE = re.compile(r"^(✅|❌|✏️) (Exercise [0-9A-Z]+\.\d+ \([^)]*\)): "
+                           r"(passed|failed|not attempted)\. (.*)$", re.M)
+
+
+def translate_verdicts(text: str, lang: str) -> str:
+    """Every verdict line in printed ``text`` rewritten in ``lang`` (the Chinese edition
+    shows the English notebooks' outputs with their verdicts in Chinese)."""
+    if lang == "en":
+        return text
+    return _VERDICT_LINE.sub(lambda m: Verdict(m[2], m[3], m[4]).render(lang), text)
 
 
 def _short(x: Any, limit: int = 60) -> str:
@@ -144,5 +236,5 @@ def checker(fn: Callable[[Callable], Verdict]) -> Callable[[Callable], Verdict]:
     return fn
 
 
-__all__ = ["Case", "Verdict", "approx_equal", "run_cases", "run_checks", "report",
+__all__ = ["Case", "Verdict", "set_language", "language", "translate_verdicts", "approx_equal", "run_cases", "run_checks", "report",
            "checker", "CHECKERS", "PASSED", "FAILED", "NOT_ATTEMPTED"]
