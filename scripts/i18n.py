@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"--- old translation of {name} {u.id}\n{u.zh}")
         return 0
     if args.cmd == "put":
+        sync(args.name)  # a cell added since the last sync gets its unit
         units = load(args.name)
         current = dict(english_units(sources()[args.name]))
         if args.id not in current:

@@ -169,8 +169,9 @@ def test_exercises_package_wraps_at_88_columns():
 
 def _checker_messages() -> dict[str, str]:
     """Every fixed English text a checker can print: hints (`hint=`), the property checks of
-    `run_checks` (the first item of each pair) and the messages of hand-made verdicts, by
-    text -> where. f-strings (messages with values in them) are left out."""
+    `run_checks` (the first item of each pair, in the call or in a returned list of pairs)
+    and the messages of hand-made verdicts, by text -> where. f-strings (messages with
+    values in them) are left out."""
     import ast
 
     def text(node):
@@ -193,6 +194,13 @@ def _checker_messages() -> dict[str, str]:
             for item in items:
                 if text(item):
                     found.setdefault(text(item), f"{path.name}:{item.lineno}")
+        # a list of (what must hold, test) pairs built elsewhere and passed to run_checks
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.List) and all(
+                    isinstance(e, ast.Tuple) and len(e.elts) == 2 and text(e.elts[0])
+                    for e in node.value.elts):
+                for e in node.value.elts:
+                    found.setdefault(text(e.elts[0]), f"{path.name}:{e.lineno}")
     return found
 
 

@@ -20,8 +20,8 @@ Usage in a chapter::
 
 Verdicts speak the reader's language: English by default, Chinese in the book's Chinese
 edition, whose setup cell sets ``LLMCORE_LANG=zh`` (or call :func:`set_language`). Each
-checker writes its hints in English; :mod:`llmcore.exercises.zh` holds their Chinese, and
-``tests/test_exercises.py`` fails when a hint has none.
+checker writes its hints in English; :mod:`llmcore.exercises.zh` holds their Chinese,
+and ``tests/test_exercises.py`` fails when a hint has none.
 """
 from __future__ import annotations
 
@@ -47,13 +47,14 @@ def set_language(lang: str | None) -> None:
 
 
 def language() -> str:
-    """The verdicts' language: :func:`set_language`'s, else ``$LLMCORE_LANG``, else "en"."""
+    """The verdicts' language: :func:`set_language`'s, else ``$LLMCORE_LANG``, else
+    "en"."""
     if _language is not None:
         return _language
     lang = os.environ.get("LLMCORE_LANG", "en") or "en"
     if lang not in LANGUAGES:
-        raise ValueError(f"$LLMCORE_LANG must be one of {LANGUAGES} (the language of the "
-                         f"exercise checkers), got {lang!r}")
+        raise ValueError(f"$LLMCORE_LANG must be one of {LANGUAGES} (the language of "
+                         f"the exercise checkers), got {lang!r}")
     return lang
 
 
@@ -120,8 +121,10 @@ _ZH_MESSAGES: list[tuple[re.Pattern, Callable[[re.Match], str]]] = [
     (re.compile(r"all (\d+) checks hold\.$"), lambda m: f"全部 {m[1]} 项检查都成立。"),
     (re.compile(r"expected a function, got (\S+)\.$"),
      lambda m: f"应当传入一个函数，传入的是 {m[1]}。"),
-    (re.compile(r"case (\d+) (\(.*\)): expected (.*), got (.*?)\.(?: Hint: (.*))?$", re.S),
-     lambda m: f"用例 {m[1]} {m[2]}：应为 {m[3]}，得到 {m[4]}。{_zh_hint(m[5] or '')}"),
+    (re.compile(r"case (\d+) (\(.*\)): expected (.*), got (.*?)\.(?: Hint: (.*))?$",
+                re.S),
+     lambda m: (f"用例 {m[1]} {m[2]}：应为 {m[3]}，得到 {m[4]}。"
+                f"{_zh_hint(m[5] or '')}")),
     (re.compile(r"case (\d+) (\(.*\)) raised (.*)$", re.S),
      lambda m: f"用例 {m[1]} {m[2]} 抛出了 {m[3]}"),
     (re.compile(r"check (\d+) \((.*)\) raised (\w+): (.*)$", re.S),
@@ -132,7 +135,8 @@ _ZH_MESSAGES: list[tuple[re.Pattern, Callable[[re.Match], str]]] = [
 
 
 def zh_message(message: str) -> str:
-    """The Chinese of a verdict's message (English if no rule or catalog entry knows it)."""
+    """The Chinese of a verdict's message (English if no rule or catalog entry knows
+    it)."""
     for pattern, render in _ZH_MESSAGES:
         m = pattern.match(message)
         if m:
@@ -236,5 +240,6 @@ def checker(fn: Callable[[Callable], Verdict]) -> Callable[[Callable], Verdict]:
     return fn
 
 
-__all__ = ["Case", "Verdict", "set_language", "language", "translate_verdicts", "approx_equal", "run_cases", "run_checks", "report",
+__all__ = ["Case", "Verdict", "set_language", "language", "translate_verdicts",
+           "approx_equal", "run_cases", "run_checks", "report",
            "checker", "CHECKERS", "PASSED", "FAILED", "NOT_ATTEMPTED"]

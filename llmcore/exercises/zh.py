@@ -5,6 +5,28 @@ checker prints."""
 from __future__ import annotations
 
 MESSAGES: dict[str, str] = {
+    # ch00.py:31-44, the checks of choose_device (_device_checks)
+    "nothing asked for on a CUDA machine: 'cuda'":
+        "什么都不指定，在有 CUDA 的机器上：'cuda'",
+    "nothing asked for on a Mac: 'mps'":
+        "什么都不指定，在 Mac 上：'mps'",
+    "nothing asked for, CPU only: 'cpu'":
+        "什么都不指定，只有 CPU：'cpu'",
+    ("LLMCORE_DEVICE=cpu on a CUDA machine: 'cpu' (the variable overrides the "
+     "fastest device)"):
+        "在有 CUDA 的机器上设 LLMCORE_DEVICE=cpu：'cpu'（环境变量优先于最快的设备）",
+    ("preferred='cuda' with LLMCORE_DEVICE=cpu: 'cuda' (the argument beats the "
+     "variable)"):
+        "preferred='cuda' 且 LLMCORE_DEVICE=cpu：'cuda'（参数优先于环境变量）",
+    "LLMCORE_DEVICE=cuda:1 on a CUDA machine: 'cuda:1' (the index is kept)":
+        "在有 CUDA 的机器上设 LLMCORE_DEVICE=cuda:1：'cuda:1'（保留设备编号）",
+    "LLMCORE_DEVICE=tpu must raise ValueError: not a device llmcore supports":
+        "LLMCORE_DEVICE=tpu 必须抛出 ValueError：llmcore 不支持这种设备",
+    ("LLMCORE_DEVICE=cuda on a CPU-only machine must raise RuntimeError, not fall "
+     "back to the CPU"):
+        "在只有 CPU 的机器上设 LLMCORE_DEVICE=cuda 必须抛出 RuntimeError，不能退回到 CPU",
+    "preferred='mps' on a CUDA machine must raise RuntimeError":
+        "在有 CUDA 的机器上 preferred='mps' 必须抛出 RuntimeError",
     # ch00.py:74
     "softmax([0, 0]) must be [0.5, 0.5]":
         "softmax([0, 0]) 必须等于 [0.5, 0.5]",
