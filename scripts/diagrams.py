@@ -3,6 +3,8 @@
     python scripts/diagrams.py                  # writes book/_static/diagrams/*.svg
     python scripts/diagrams.py --out DIR        # writes DIR/*.svg (tests/test_diagrams.py)
     python scripts/diagrams.py --png DIR        # also PNG copies at 776 px, to look at
+    python scripts/diagrams.py --lang zh        # the Chinese edition's: book/_static/diagrams/zh/
+    python scripts/diagrams.py --zh-sync        # align book/zh/diagrams.yml with the labels
 
 Every diagram is drawn with matplotlib on a canvas measured in inches and saved as SVG with
 its text as paths (DejaVu Sans, shipped with matplotlib), a fixed hash salt and no date, so
@@ -10,16 +12,35 @@ the same code writes byte-identical files. They are designed for the site's text
 776 px wide in a 1280 px window: `check_text` refuses any text smaller than 11 px there. The pages
 show them with a MyST `{figure}` directive; tests/test_diagrams.py checks that the committed
 files are what this script writes and that every one of them is shown somewhere.
+
+The Chinese edition draws the same figures and then replaces every label by its translation
+from book/zh/diagrams.yml: one unit per distinct label of each diagram, keyed by the
+diagram's name and the English text, with that text's hash (`sha`, as in book/zh/*.yml).
+Labels drawn in the monospace family (code, token strings) and labels without two ASCII
+letters in a row (numbers, `q0`, `K1`, `p+3`, `A (5)`) are not translated. Chinese is drawn
+with Noto Sans CJK SC from the pinned `mplfonts` package, also as paths, so the files look
+the same everywhere and need the font only here. A label without a current translation stops
+the Chinese drawing; `translation_problems()` lists them all (the i18n drift gate runs it).
+After an English label changes: `python scripts/diagrams.py --zh-sync` adds a unit with an
+empty `zh` for each new label (showing the translation it replaces as `was_en`/`was_zh`) and
+drops units no label uses; fill in `zh`, run `--zh-sync` again (it removes the `was_` notes
+of translated units), then `python scripts/diagrams.py --lang zh` and look at the PNGs.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
+import hashlib
+import importlib.resources
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager, ft2font, patheffects  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
@@ -111,6 +132,206 @@ def check_text(fig, name: str) -> None:
             if px < MIN_TEXT_PX - 1e-9:
                 raise ValueError(f"{name}: {t.get_text()!r} is {px:.1f} px at {COLUMN_PX} px "
                                  f"(at least {MIN_TEXT_PX})")
+
+
+# --------------------------------------------------------------------------------------
+# The Chinese edition: every label replaced by its translation from book/zh/diagrams.yml
+# --------------------------------------------------------------------------------------
+ZH_UNITS = ROOT / "book" / "zh" / "diagrams.yml"
+CJK_FAMILY = "Noto Sans CJK SC"
+CJK_FILE = "NotoSansCJKsc-Regular.otf"  # in the package mplfonts (requirements.txt)
+CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
+WORD = re.compile(r"[A-Za-z]{2}")
+BOLD_STROKE = 0.45  # pt: the font has no bold face, so bold Chinese gets a thin outline
+
+
+@dataclass
+class Unit:
+    diagram: str
+    sha: str
+    en: str
+    zh: str
+    was_en: str = ""  # --zh-sync: the English and Chinese of the unit this one replaces
+    was_zh: str = ""
+
+
+def digest(text: str) -> str:
+    """The same hash as scripts/i18n.py's."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def translatable(t: Text) -> bool:
+    """Prose to translate: not code (monospace), and with a word of ASCII letters in it."""
+    return t.get_family()[0] != MONO and bool(WORD.search(t.get_text()))
+
+
+def labels(name: str) -> list[str]:
+    """The distinct translatable labels of diagram `name`, in drawing order."""
+    with matplotlib.rc_context():
+        setup()
+        fig = DIAGRAMS[name]()
+        out = [t.get_text() for t in fig.findobj(Text) if translatable(t)]
+        plt.close(fig)
+    return list(dict.fromkeys(out))
+
+
+def load_units(path: Path = ZH_UNITS) -> list[Unit]:
+    import yaml
+
+    if not path.exists():
+        return []
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return [Unit(u["diagram"], u["sha"], u["en"], u.get("zh") or "", u.get("was_en") or "",
+                 u.get("was_zh") or "") for u in data.get("units", [])]
+
+
+_HEADER = """\
+# The Chinese labels of the concept diagrams (scripts/diagrams.py --lang zh draws them into
+# book/_static/diagrams/zh/): one unit per distinct English label of each diagram. `en` is the
+# English the translation `zh` was made from and `sha` its hash; `make test` fails when a
+# diagram draws a label no unit translates. After an English edit:
+#   python scripts/diagrams.py --zh-sync    # new labels get an empty zh (was_*: the old unit)
+# fill in zh, run --zh-sync again, then python scripts/diagrams.py --lang zh --png /tmp/zh
+# and look at the PNGs (a "\\n" in zh breaks the line).
+"""
+
+
+def save_units(units: list[Unit], path: Path = ZH_UNITS) -> None:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+        "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+    rows = []
+    for u in units:
+        row = {"diagram": u.diagram, "sha": u.sha, "en": u.en, "zh": u.zh}
+        if u.was_en:
+            row.update(was_en=u.was_en, was_zh=u.was_zh)
+        rows.append(row)
+    text = _HEADER + yaml.dump({"source": "scripts/diagrams.py", "units": rows},
+                               Dumper=Dumper, allow_unicode=True, sort_keys=False,
+                               width=10_000)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _pairs(current: list[str], units: list[Unit]):
+    """Match a diagram's labels to its units: (label or None, unit or None) in label order.
+
+    Units match by their English; a label without one is paired, where the two sequences
+    line up, with a unit no label uses (its English changed)."""
+    by_en = {u.en: u for u in units}
+    unused = [u for u in units if u.en not in set(current)]
+    missing = [en for en in current if en not in by_en]
+    paired = {}
+    matcher = difflib.SequenceMatcher(a=[u.en for u in units], b=current, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "replace":
+            old = [u for u in units[i1:i2] if u in unused]
+            new = [en for en in current[j1:j2] if en in missing]
+            paired.update(zip(new, old))
+    out = [(en, by_en.get(en) or paired.get(en)) for en in current]
+    taken = {id(u) for u in paired.values()}
+    out += [(None, u) for u in unused if id(u) not in taken]
+    return out
+
+
+def translation_problems(units: list[Unit] | None = None) -> list[str]:
+    """Every label of every diagram without a current translation, and every unused unit.
+
+    Empty when `python scripts/diagrams.py --lang zh` can draw every diagram."""
+    units = load_units() if units is None else units
+    problems, seen = [], set()
+    for u in units:
+        if u.diagram not in DIAGRAMS:
+            problems.append(f"{u.diagram}: no such diagram (unit {u.en!r}); "
+                            f"the diagrams are {', '.join(DIAGRAMS)}")
+        elif (u.diagram, u.en) in seen:
+            problems.append(f"{u.diagram}: two units translate {u.en!r}: keep one")
+        seen.add((u.diagram, u.en))
+    fix = "run `python scripts/diagrams.py --zh-sync`, then fill in zh in book/zh/diagrams.yml"
+    for name in DIAGRAMS:
+        for en, u in _pairs(labels(name), [u for u in units if u.diagram == name]):
+            if en is None:
+                problems.append(f"{name}: the unit for {u.en!r} (zh {u.zh!r}) translates a "
+                                f"label the diagram no longer draws: {fix}")
+            elif u is None:
+                problems.append(f"{name}: the label {en!r} has no Chinese: {fix}")
+            elif u.en != en:
+                problems.append(f"{name}: the label {u.en!r}, translated {u.zh!r}, is now "
+                                f"{en!r}: {fix}")
+            elif u.sha != digest(en):
+                problems.append(f"{name}: the unit for {en!r} records sha {u.sha}, not this "
+                                f"English's {digest(en)}: check zh against en, then {fix}")
+            elif not u.zh.strip():
+                was = f" (it replaces {u.was_en!r}, translated {u.was_zh!r})" if u.was_en else ""
+                problems.append(f"{name}: the label {en!r} has an empty zh{was}: fill it in "
+                                f"book/zh/diagrams.yml")
+    return problems
+
+
+def sync_units(path: Path = ZH_UNITS) -> list[Unit]:
+    """Rewrite `path` in drawing order: a unit per label (empty zh for a new one), no others."""
+    units, out = load_units(path), []
+    for name in DIAGRAMS:
+        for en, u in _pairs(labels(name), [u for u in units if u.diagram == name]):
+            if en is None:
+                continue
+            if u is not None and u.en == en and u.sha == digest(en) and u.zh.strip():
+                out.append(Unit(name, u.sha, en, u.zh))
+            elif u is not None and u.en == en:
+                out.append(u)  # untranslated, or a sha to check: unchanged, still reported
+            elif u is not None:
+                out.append(Unit(name, digest(en), en, "", u.en, u.zh))
+            else:
+                out.append(Unit(name, digest(en), en, ""))
+    save_units(out, path)
+    return out
+
+
+def cjk_font() -> Path:
+    """The pinned Noto Sans CJK SC, from the installed package mplfonts."""
+    try:
+        path = importlib.resources.files("mplfonts") / "fonts" / CJK_FILE
+    except ModuleNotFoundError:
+        raise SystemExit("the Chinese diagrams need the font package: "
+                         "pip install mplfonts==0.0.11 (requirements.txt has it)") from None
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: pip install mplfonts==0.0.11 "
+                         f"(requirements.txt has it)")
+    return Path(str(path))
+
+
+def translate(fig, name: str, units: list[Unit], font: Path) -> None:
+    """Replace every translatable label of `fig` by its Chinese, in the CJK font."""
+    zh = {u.en: u.zh for u in units
+          if u.diagram == name and u.sha == digest(u.en) and u.zh.strip()}
+    charmap = set(ft2font.FT2Font(str(font)).get_charmap())
+    for t in fig.findobj(Text):
+        if not translatable(t):
+            continue
+        en = t.get_text()
+        if en not in zh:
+            raise SystemExit(f"{name}: no current Chinese for the label {en!r}: run "
+                             f"`python scripts/diagrams.py --zh-sync` and fill in zh in "
+                             f"{ZH_UNITS.relative_to(ROOT)}")
+        t.set_text(zh[en])
+        if CJK.search(zh[en]):
+            lacking = sorted({c for c in zh[en] if c.strip() and ord(c) not in charmap})
+            if lacking:
+                raise SystemExit(f"{name}: {CJK_FAMILY} has no glyph for {lacking} in "
+                                 f"{zh[en]!r}")
+            bold = t.get_weight() in ("bold", 700)
+            # by file, not by the family name CJK_FAMILY: matplotlib would pick a system's
+            # own Noto Sans CJK SC (Debian's fonts-noto-cjk, with a Bold) where one exists
+            t.set_fontproperties(font_manager.FontProperties(
+                fname=font, size=t.get_fontsize(), style=t.get_style()))
+            if bold:
+                t.set_path_effects([patheffects.withStroke(linewidth=BOLD_STROKE,
+                                                           foreground=t.get_color())])
 
 
 # --------------------------------------------------------------------------------------
@@ -614,12 +835,24 @@ DIAGRAMS = {
 }
 
 
-def write_all(out: Path, png: Path | None = None) -> list[Path]:
+def write_all(out: Path, png: Path | None = None, lang: str = "en") -> list[Path]:
+    """Draw every diagram into `out` (lang "zh": with the labels of book/zh/diagrams.yml)."""
+    if lang not in ("en", "zh"):
+        raise ValueError(f"lang is 'en' or 'zh', not {lang!r}")
+    if lang == "zh":
+        font = cjk_font()
+        units = load_units()
+        problems = translation_problems(units)
+        if problems:
+            raise SystemExit("the Chinese diagrams lack translations:\n  "
+                             + "\n  ".join(problems))
     setup()
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, draw in DIAGRAMS.items():
         fig = draw()
+        if lang == "zh":
+            translate(fig, name, units, font)
         check_text(fig, name)
         path = out / f"{name}.svg"
         fig.savefig(path, format="svg",
@@ -634,10 +867,22 @@ def write_all(out: Path, png: Path | None = None) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {OUT.relative_to(ROOT)} (zh: its zh/ folder)")
     parser.add_argument("--png", type=Path, default=None, help="also write PNG copies here")
+    parser.add_argument("--lang", choices=["en", "zh"], default="en")
+    parser.add_argument("--zh-sync", action="store_true",
+                        help="align book/zh/diagrams.yml with the labels, then list problems")
     args = parser.parse_args(argv)
-    for path in write_all(args.out, args.png):
+    if args.zh_sync:
+        units = sync_units()
+        problems = translation_problems(units)
+        print(f"{ZH_UNITS.relative_to(ROOT)}: {len(units)} units, {len(problems)} to do")
+        for p in problems:
+            print(" ", p)
+        return 1 if problems else 0
+    out = args.out or (OUT / "zh" if args.lang == "zh" else OUT)
+    for path in write_all(out, args.png, args.lang):
         print(path)
     return 0
 

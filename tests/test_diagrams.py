@@ -56,3 +56,113 @@ def test_every_diagram_is_shown_with_alt_text_width_and_a_caption():
             shown.setdefault(name, []).append(page)
     missing = sorted(p.name for p in DIAGRAMS.glob("*.svg") if p.name not in shown)
     assert not missing, f"diagrams no page shows: {missing}"
+
+
+# --- the Chinese edition's diagrams ---------------------------------------------------------
+ZH = DIAGRAMS / "zh"
+
+
+def test_committed_zh_svgs_are_what_the_script_draws(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagrams.py"), "--lang", "zh",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    drawn = sorted(p.name for p in tmp_path.glob("*.svg"))
+    assert drawn == sorted(p.name for p in ZH.glob("*.svg")), (
+        "run `python scripts/diagrams.py --lang zh` and commit book/_static/diagrams/zh")
+    for name in drawn:
+        assert (tmp_path / name).read_bytes() == (ZH / name).read_bytes(), (
+            f"zh/{name} differs from what `scripts/diagrams.py --lang zh` draws: run it and "
+            f"commit it")
+
+
+def test_every_english_diagram_has_a_chinese_one_of_the_same_name():
+    english = sorted(p.name for p in DIAGRAMS.glob("*.svg"))
+    assert english == sorted(p.name for p in ZH.glob("*.svg"))
+    import diagrams
+
+    assert english == sorted(f"{name}.svg" for name in diagrams.DIAGRAMS)
+
+
+def test_every_label_has_a_current_translation():
+    import diagrams
+
+    assert diagrams.translation_problems() == []
+
+
+def test_code_and_numbers_are_not_translated_prose_is():
+    import diagrams
+
+    pipeline, gqa = diagrams.labels("pipeline"), diagrams.labels("gqa_heads")
+    assert "tokenizer" in pipeline and "KV cache" in pipeline
+    assert "repeat_kv(·, 4)" not in gqa  # monospace: code
+    assert "q0" not in gqa and "K1" not in gqa  # no word of ASCII letters
+    assert "kv0" in gqa  # recorded with zh equal to en
+
+
+def _units():
+    import diagrams
+
+    return diagrams.load_units()
+
+
+def test_a_changed_english_label_is_reported_with_both_texts():
+    import diagrams
+
+    units = _units()
+    (u,) = [u for u in units if (u.diagram, u.en) == ("pipeline", "tokenizer")]
+    u.en, u.sha = "tokeniser", diagrams.digest("tokeniser")  # made from older English
+    problems = diagrams.translation_problems(units)
+    assert len(problems) == 1, problems
+    assert "'tokeniser'" in problems[0] and "'tokenizer'" in problems[0]
+    assert "分词器" in problems[0] and problems[0].startswith("pipeline:")
+
+
+def test_missing_unused_and_hand_edited_units_are_reported():
+    import diagrams
+
+    units = _units()
+    units = [u for u in units if (u.diagram, u.en) != ("batching_timeline", "idle slot")]
+    units.append(diagrams.Unit("kv_growth", diagrams.digest("gone"), "gone", "没了"))
+    (u,) = [u for u in units if (u.diagram, u.en) == ("gqa_heads", "query heads")]
+    u.sha = diagrams.digest("key heads")
+    problems = diagrams.translation_problems(units)
+    assert len(problems) == 3, problems
+    assert any("batching_timeline" in p and "'idle slot' has no Chinese" in p for p in problems)
+    assert any("kv_growth" in p and "'gone'" in p and "no longer draws" in p for p in problems)
+    assert any("gqa_heads" in p and "'query heads'" in p and "sha" in p for p in problems)
+
+
+def test_sync_adds_an_empty_unit_that_shows_the_old_translation(tmp_path):
+    import diagrams
+
+    units = _units()
+    (u,) = [u for u in units if (u.diagram, u.en) == ("kv_growth", "read from the cache")]
+    u.en, u.sha = "read from cache", diagrams.digest("read from cache")
+    units.append(diagrams.Unit("pipeline", diagrams.digest("unused"), "unused", "没用"))
+    path = tmp_path / "diagrams.yml"
+    diagrams.save_units(units, path)
+    synced = diagrams.sync_units(path)
+    assert diagrams.load_units(path) == synced
+    assert len(synced) == len(units) - 1  # the unused unit is gone
+    (new,) = [u for u in synced if u.en == "read from the cache"]
+    assert (new.zh, new.was_en, new.was_zh) == ("", "read from cache", "从缓存读取")
+    problems = diagrams.translation_problems(synced)
+    assert len(problems) == 1 and "'read from cache'" in problems[0], problems
+    new.zh = "从缓存读取"
+    diagrams.save_units(synced, path)
+    assert diagrams.translation_problems(diagrams.sync_units(path)) == []
+    assert not any(u.was_en for u in diagrams.load_units(path))
+
+
+def test_drawing_chinese_without_a_translation_fails_clearly(tmp_path, monkeypatch):
+    import diagrams
+
+    units = [u for u in _units() if (u.diagram, u.en) != ("paged_prefix", "pool")]
+    monkeypatch.setattr(diagrams, "load_units", lambda: units)
+    try:
+        diagrams.write_all(tmp_path, lang="zh")
+    except SystemExit as e:
+        assert "paged_prefix" in str(e) and "'pool'" in str(e) and "--zh-sync" in str(e)
+    else:
+        raise AssertionError("drew a Chinese diagram with an English label")
+    assert not list(tmp_path.glob("*.svg"))
