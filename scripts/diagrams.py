@@ -3,7 +3,7 @@
     python scripts/diagrams.py                  # writes book/_static/diagrams/*.svg
     python scripts/diagrams.py --out DIR        # writes DIR/*.svg (tests/test_diagrams.py)
     python scripts/diagrams.py --png DIR        # also PNG copies at 776 px, to look at
-    python scripts/diagrams.py --lang zh        # the Chinese edition's: book/_static/diagrams/zh/
+    python scripts/diagrams.py --lang zh        # the Chinese edition's: book/zh/diagrams/
     python scripts/diagrams.py --zh-sync        # align book/zh/diagrams.yml with the labels
 
 Every diagram is drawn with matplotlib on a canvas measured in inches and saved as SVG with
@@ -138,6 +138,7 @@ def check_text(fig, name: str) -> None:
 # The Chinese edition: every label replaced by its translation from book/zh/diagrams.yml
 # --------------------------------------------------------------------------------------
 ZH_UNITS = ROOT / "book" / "zh" / "diagrams.yml"
+OUT_ZH = ROOT / "book" / "zh" / "diagrams"  # the Chinese edition's copies, same file names
 CJK_FAMILY = "Noto Sans CJK SC"
 CJK_FILE = "NotoSansCJKsc-Regular.otf"  # in the package mplfonts (requirements.txt)
 CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
@@ -187,7 +188,7 @@ def load_units(path: Path = ZH_UNITS) -> list[Unit]:
 
 _HEADER = """\
 # The Chinese labels of the concept diagrams (scripts/diagrams.py --lang zh draws them into
-# book/_static/diagrams/zh/): one unit per distinct English label of each diagram. `en` is the
+# book/zh/diagrams/): one unit per distinct English label of each diagram. `en` is the
 # English the translation `zh` was made from and `sha` its hash; `make test` fails when a
 # diagram draws a label no unit translates. After an English edit:
 #   python scripts/diagrams.py --zh-sync    # new labels get an empty zh (was_*: the old unit)
@@ -881,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(" ", p)
         return 1 if problems else 0
-    out = args.out or (OUT / "zh" if args.lang == "zh" else OUT)
+    out = args.out or (OUT_ZH if args.lang == "zh" else OUT)
     for path in write_all(out, args.png, args.lang):
         print(path)
     return 0

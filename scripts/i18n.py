@@ -21,7 +21,10 @@ English notebook's own, so they cannot drift. `check` fails when
 - a translation has a different number or levels of headings than its English (the Chinese
   edition keeps the English anchors, see `heading_slugs`),
 - a glossary term's English name is in the English text and none of its Chinese names is in
-  the translation (a unit may list terms used in another sense under `skip_terms`).
+  the translation (a unit may list terms used in another sense under `skip_terms`),
+- a closing `**` that CommonMark leaves as text in Chinese,
+- a diagram label without a current translation (book/zh/diagrams.yml; update it with
+  `python scripts/diagrams.py --zh-sync`, then redraw with `--lang zh`).
 
 After an English edit: `sync`, then `todo NAME` shows the stale units, then `put NAME ID`.
 """
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 ZH = ROOT / "book" / "zh"
 PAGES = ["intro", "claims", "glossary", "references"]  # book/<name>.md
@@ -323,6 +327,8 @@ def write_zh_source(dst: Path) -> Path:
     (dst / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
                                   encoding="utf-8")
     shutil.copytree(ROOT / "book", dst / "book", ignore=shutil.ignore_patterns("zh"))
+    for svg in sorted((ZH / "diagrams").glob("*.svg")):  # scripts/diagrams.py --lang zh
+        shutil.copyfile(svg, dst / "book" / "_static" / "diagrams" / svg.name)
     (dst / "book" / "_ext" / "zh_slugs.json").write_text(
         json.dumps(heading_slugs(), ensure_ascii=False, indent=0), encoding="utf-8")
     for name, src in sources().items():
@@ -361,8 +367,14 @@ def _indent(text: str) -> str:
 
 
 def check(names: list[str] | None = None) -> list[str]:
-    """Every problem of the translations, one message each (empty: all translated, current)."""
-    return [msg for _, _, msg in problems_of(names)]
+    """Every problem of the translations, one message each (empty: all translated, current);
+    with no names, the diagrams' labels too (book/zh/diagrams.yml, scripts/diagrams.py)."""
+    problems = [msg for _, _, msg in problems_of(names)]
+    if not names:
+        import diagrams  # scripts/ is on the path: this file's folder
+
+        problems += [f"diagram labels: {p}" for p in diagrams.translation_problems()]
+    return problems
 
 
 def problems_of(names: list[str] | None = None) -> list[tuple[str, str, str]]:

@@ -71,8 +71,8 @@ def site_pages(site: Path) -> list[str]:
     pages = []
     for p in sorted(site.rglob("*.html")):
         rel = p.relative_to(site).as_posix()
-        if rel.split("/")[0] in {"_static", "_sources", "_images"}:
-            continue
+        if {"_static", "_sources", "_images"} & set(rel.split("/")[:-1]):
+            continue  # the theme's templates, not pages (zh/_static/ too)
         head = p.read_text(encoding="utf-8", errors="replace")[:2000]
         if 'http-equiv="Refresh"' in head:
             continue

@@ -94,3 +94,52 @@ def test_math_renders_offline(site):
             f"{page.name} loads MathJax from {scripts}")
     math_page = (site / "chapters" / "05_prefill_decode.html").read_text("utf-8")
     assert '../_static/mathjax/tex-chtml.js' in math_page
+
+
+# --- the Chinese edition (中文版), built by the same command under zh/ --------------------
+
+def test_every_english_page_has_its_chinese_page(site):
+    for f in _toc_files():
+        html = (site / "zh" / f"{f}.html").read_text(encoding="utf-8")
+        assert '<html lang="zh-CN"' in html, f
+        assert "lang-switch.js" in html, f"zh/{f}.html has no language switch"
+    assert "lang-switch.js" in (site / "chapters" / "07_sampling.html").read_text("utf-8")
+
+
+def test_chinese_pages_show_the_translation_and_the_english_outputs(site):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import i18n
+
+    en = (site / "chapters" / "07_sampling.html").read_text(encoding="utf-8")
+    zh = (site / "zh" / "chapters" / "07_sampling.html").read_text(encoding="utf-8")
+    title = next(t for t in i18n.translated("07_sampling").values() if t.startswith("# 7."))
+    assert title.splitlines()[0][2:] in zh  # the translated title
+    assert "采样" in zh and "What this chapter builds" not in zh
+    # the same stored outputs: every figure of the English page is on the Chinese one
+    figures = re.findall(r'src="\.\./_images/([0-9a-f]+\.png)"', en)
+    assert figures and figures == re.findall(r'src="\.\./_images/([0-9a-f]+\.png)"', zh)
+    # the checkers' stored verdicts, in Chinese
+    assert "✏️ 练习 7.1 (temperature_top_p)：尚未作答。" in zh
+    assert "✏️ Exercise 7.1 (temperature_top_p): not attempted." in en
+
+
+def test_chinese_headings_keep_the_english_anchors(site):
+    """`page#anchor` links and the language switch land on the same section in both."""
+    for page in ("chapters/05_prefill_decode.html", "chapters/09_serving.html"):
+        en = (site / page).read_text(encoding="utf-8")
+        zh = (site / "zh" / page).read_text(encoding="utf-8")
+        en_ids = re.findall(r'<section (?:class="[^"]*" )?id="([^"]+)"', en)
+        zh_ids = re.findall(r'<section (?:class="[^"]*" )?id="([^"]+)"', zh)
+        assert len(en_ids) > 5 and en_ids == zh_ids, page
+
+
+def test_chinese_edition_uses_chinese_captions_and_diagrams(site):
+    zh = (site / "zh" / "chapters" / "01_the_map.html").read_text(encoding="utf-8")
+    for caption in ("入门", "一个请求，一步一步", "规模化服务"):
+        assert caption in zh
+    en_svg = (site / "_images" / "pipeline.svg")
+    zh_svg = (site / "zh" / "_images" / "pipeline.svg")
+    assert en_svg.exists() and zh_svg.exists()
+    assert en_svg.read_bytes() != zh_svg.read_bytes()  # the labels are Chinese

@@ -59,7 +59,7 @@ def test_every_diagram_is_shown_with_alt_text_width_and_a_caption():
 
 
 # --- the Chinese edition's diagrams ---------------------------------------------------------
-ZH = DIAGRAMS / "zh"
+ZH = ROOT / "book" / "zh" / "diagrams"
 
 
 def test_committed_zh_svgs_are_what_the_script_draws(tmp_path):
@@ -68,7 +68,7 @@ def test_committed_zh_svgs_are_what_the_script_draws(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     drawn = sorted(p.name for p in tmp_path.glob("*.svg"))
     assert drawn == sorted(p.name for p in ZH.glob("*.svg")), (
-        "run `python scripts/diagrams.py --lang zh` and commit book/_static/diagrams/zh")
+        "run `python scripts/diagrams.py --lang zh` and commit book/zh/diagrams")
     for name in drawn:
         assert (tmp_path / name).read_bytes() == (ZH / name).read_bytes(), (
             f"zh/{name} differs from what `scripts/diagrams.py --lang zh` draws: run it and "

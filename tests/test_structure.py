@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -87,9 +88,19 @@ def test_modules_import_only_from_earlier_chapters(path):
                 f"chapter {source}")
 
 
+def columns(line: str) -> int:
+    """The columns a line takes in a monospace font: a wide (CJK) character takes two, as
+    browsers and terminals draw it."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+
 def _long_lines(text: str, where: str) -> list[str]:
-    return [f"{where}{i} ({len(line)} columns)"
-            for i, line in enumerate(text.splitlines(), 1) if len(line) > WIDTH]
+    return [f"{where}{i} ({columns(line)} columns)"
+            for i, line in enumerate(text.splitlines(), 1) if columns(line) > WIDTH]
+
+
+def test_a_chinese_character_takes_two_columns():
+    assert columns("abc") == 3 and columns("词元") == 4 and columns("，。") == 4
 
 
 @pytest.mark.parametrize("path", WRAPPED, ids=lambda p: p.relative_to(PACKAGE).as_posix())

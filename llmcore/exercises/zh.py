@@ -24,7 +24,8 @@ MESSAGES: dict[str, str] = {
         "LLMCORE_DEVICE=tpu 必须抛出 ValueError：llmcore 不支持这种设备",
     ("LLMCORE_DEVICE=cuda on a CPU-only machine must raise RuntimeError, not fall "
      "back to the CPU"):
-        "在只有 CPU 的机器上设 LLMCORE_DEVICE=cuda 必须抛出 RuntimeError，不能退回到 CPU",
+        ("在只有 CPU 的机器上设 LLMCORE_DEVICE=cuda 必须抛出 RuntimeError，"
+         "不能退回到 CPU"),
     "preferred='mps' on a CUDA machine must raise RuntimeError":
         "在有 CUDA 的机器上 preferred='mps' 必须抛出 RuntimeError",
     # ch00.py:74
