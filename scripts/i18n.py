@@ -19,7 +19,7 @@ English notebook's own, so they cannot drift. `check` fails when
   after it was translated): the message shows the recorded English, the current English and
   the translation, so the translator sees what to change,
 - a translation has a different number or levels of headings than its English (the Chinese
-  edition keeps the English anchors, see `heading_slugs`),
+  edition keeps the English anchors, see `heading_map`),
 - a glossary term's English name is in the English text and none of its Chinese names is in
   the translation (a unit may list terms used in another sense under `skip_terms`),
 - a closing `**` that CommonMark leaves as text in Chinese,
@@ -245,25 +245,24 @@ def heading_text(markdown: str) -> str:
     return re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", text).strip()
 
 
-def heading_slugs() -> dict[str, str]:
-    """Chinese heading text -> the slug of the English heading it translates.
+def heading_map() -> dict[str, str]:
+    """Chinese heading text -> the English heading text it translates.
 
-    The Chinese build gives every heading its English anchor (book/_ext/zh_slugs.py), so a link
-    such as `05_prefill_decode.ipynb#the-roofline-of-this-machine` works in both editions and
-    the language switch keeps the reader's place.
+    The Chinese build gives every section the id (and MyST anchor) of its English heading
+    (book/_ext/zh_slugs.py), so a link such as
+    `05_prefill_decode.ipynb#the-roofline-of-this-machine` works in both editions and the
+    language switch keeps the reader's place.
     """
-    from myst_parser.mdit_to_docutils.base import default_slugify
-
     out: dict[str, str] = {}
     for name in sources():
         for u in load(name):
             for (_, en), (_, zh) in zip(headings(u.en), headings(u.zh)):
-                key, slug = heading_text(zh), default_slugify(heading_text(en))
-                if out.get(key, slug) != slug:
+                key, english = heading_text(zh), heading_text(en)
+                if out.get(key, english) != english:
                     raise ValueError(f"book/zh/{name}.yml: the Chinese heading {zh!r} "
                                      f"translates two English headings ({out[key]!r}, "
-                                     f"{slug!r}); make the translations differ")
-                out[key] = slug
+                                     f"{english!r}); make the translations differ")
+                out[key] = english
     return out
 
 
@@ -316,6 +315,7 @@ def write_zh_source(dst: Path) -> Path:
     conf = cfg["sphinx"]["config"]
     conf["language"] = "zh_CN"
     conf["myst_heading_slug_func"] = "zh_slugs.slugify"
+    conf["extensions"] = [*conf["extensions"], "zh_slugs"]  # book/_ext, on the path
     conf["nb_code_prompt_show"] = "显示代码"  # the book hides inputs only (hide-input)
     conf["nb_code_prompt_hide"] = "隐藏代码"
     (dst / "_config.yml").write_text(
@@ -329,8 +329,8 @@ def write_zh_source(dst: Path) -> Path:
     shutil.copytree(ROOT / "book", dst / "book", ignore=shutil.ignore_patterns("zh"))
     for svg in sorted((ZH / "diagrams").glob("*.svg")):  # scripts/diagrams.py --lang zh
         shutil.copyfile(svg, dst / "book" / "_static" / "diagrams" / svg.name)
-    (dst / "book" / "_ext" / "zh_slugs.json").write_text(
-        json.dumps(heading_slugs(), ensure_ascii=False, indent=0), encoding="utf-8")
+    (dst / "book" / "_ext" / "zh_headings.json").write_text(
+        json.dumps(heading_map(), ensure_ascii=False, indent=0), encoding="utf-8")
     for name, src in sources().items():
         if src.suffix == ".ipynb":
             out = dst / "chapters" / src.name
@@ -465,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "todo":
         for name in [args.name] if args.name else sources():
+            sync(name)  # cells added since the last sync are listed too
             current = dict(english_units(sources()[name]))
             for u in load(name):
                 en = current.get(u.id, u.en)

@@ -32,8 +32,8 @@ def test_every_glossary_term_has_a_chinese_name():
 
 
 def test_chinese_headings_keep_the_english_anchors():
-    slugs = i18n.heading_slugs()  # raises if one Chinese heading stands for two English ones
-    assert slugs["7. 采样：从分布到词元"] == "7-sampling-from-a-distribution-to-a-token"
+    english = i18n.heading_map()  # raises if one Chinese heading stands for two English ones
+    assert english["7. 采样：从分布到词元"] == "7. Sampling: from a distribution to a token"
 
 
 def test_the_chinese_source_tree_shares_code_and_outputs(tmp_path):
@@ -129,7 +129,7 @@ def test_gate_passes_a_complete_translation(book):
     assert len(i18n.check()) == 5  # two cells and three page blocks untranslated
     _translate_all()
     assert i18n.check() == []
-    assert i18n.heading_slugs() == {"1. 预填充": "1-prefill", "Glossary": "glossary"}
+    assert i18n.heading_map() == {"1. 预填充": "1. Prefill", "Glossary": "Glossary"}
 
 
 def test_gate_shows_an_edited_english_cell_with_both_texts(book):
