@@ -168,6 +168,50 @@ def decode_graph(model: Transformer, token: torch.Tensor, position: torch.Tensor
     return logits[0], new_keys[:, 0], new_values[:, 0]
 
 
+def linear_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
+    """`block_forward`'s products inside the verify graph: one matrix product per layer,
+    which reads each weight once for all the rows of x."""
+    return tuple(F.linear(x, lin.weight, lin.bias) for lin in linears)
+
+
+def attend_rows(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor,
+                k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """n consecutive query tokens' attention over the earlier slots keys, values
+    (n_kv, slots, hd) and over their own k, v (n, n_kv, hd), causally among
+    themselves, in float32. q: (n, n_heads, hd). Returns (n, n_heads * hd)."""
+    n, n_kv, hd = k.shape
+    q = q.view(n, n_kv, -1, hd).transpose(0, 1).float()        # (n_kv, n, group, hd)
+    group = q.shape[2]
+    q = q.reshape(n_kv, n * group, hd)
+    own_k, own_v = k.transpose(0, 1).float(), v.transpose(0, 1).float()  # (n_kv, n, hd)
+    earlier = q @ keys.float().transpose(1, 2)                # (n_kv, n * group, slots)
+    itself = (q @ own_k.transpose(1, 2)).view(n_kv, n, group, n)
+    row = torch.arange(n, device=k.device)
+    later = (row[None, :] > row[:, None])[None, :, None, :]   # token j after query i
+    itself = itself.masked_fill(later, float("-inf")).view(n_kv, n * group, n)
+    weights = (torch.cat([earlier, itself], dim=-1) * hd ** -0.5).softmax(dim=-1)
+    slots = keys.shape[1]
+    out = (weights[..., :slots] @ values.float()
+           + weights[..., slots:] @ own_v)                     # (n_kv, n * group, hd)
+    return out.view(n_kv, n, group, hd).transpose(0, 1).reshape(n, -1).to(keys.dtype)
+
+
+def verify_graph(model: Transformer, ids: torch.Tensor, start: torch.Tensor,
+                 keys: torch.Tensor, values: torch.Tensor):
+    """A pass over n consecutive tokens ids (n,) of one sequence, from position `start`
+    (0-d), written for the compiler: speculative decoding's verify pass. keys and values
+    are read-only views of the cache over the slots before `start`, (n_layers,
+    n_kv_heads, slots, head_dim). Returns the logits (n, vocab_size) and the tokens'
+    keys and values, (n_layers, n_kv_heads, n, head_dim) each, for the caller to write
+    into the cache. The products are matrix products, so the weights are read once for
+    all n rows: while decoding is bandwidth-bound, n rows cost about what one does."""
+    positions = start + torch.arange(ids.shape[0], device=ids.device)
+    logits, new_keys, new_values = model_forward(
+        model, ids, positions, linear_products,
+        lambda i, q, k, v: attend_rows(keys[i], values[i], q, k, v))
+    return logits, new_keys.transpose(1, 2), new_values.transpose(1, 2)
+
+
 _COMPILED: dict[tuple, Callable] = {}
 
 
@@ -186,10 +230,10 @@ def compiled(fn: Callable, *key, dynamic: bool | None = False,
     return _COMPILED[full_key]
 
 
-def mark_slots_dynamic(*views: torch.Tensor) -> None:
+def mark_slots_dynamic(*views: torch.Tensor, dim: int = 2) -> None:
     """Compile the number of slots (dimension 2) as a symbol: one graph, all lengths."""
     for view in views:  # torch.compiler has no public alias for this documented call
-        torch._dynamo.mark_dynamic(view, 2)
+        torch._dynamo.mark_dynamic(view, dim)
 
 
 # %% chapters/B_fast_decode.ipynb § `FastDecoder`: one wrapper, three paths
@@ -246,6 +290,10 @@ class FastDecoder(nn.Module):
                 logits = self._compiled_step(input_ids.view(1), positions, kv_cache)
                 if logits is not None:
                     return logits.view(1, 1, -1)
+            if self.compile_steps and kv_cache is not None and s > 1:
+                logits = self._compiled_verify(input_ids.view(s), positions, kv_cache)
+                if logits is not None:
+                    return logits[None]
             return self._few_rows(input_ids.view(s), positions, kv_cache)[None]
         return self.model(input_ids, positions, kv_cache, attention_mask,
                           return_hidden_states)
@@ -306,7 +354,39 @@ class FastDecoder(nn.Module):
         kv_cache.k[:, 0, :, pos], kv_cache.v[:, 0, :, pos] = new_keys, new_values
         return logits
 
+    def _compiled_verify(self, ids: torch.Tensor, positions: torch.Tensor,
+                         kv_cache: KVCache):
+        """A pass over n > 1 consecutive new tokens after the cached ones (speculative
+        decoding's verify pass) as one compiled graph; None where it does not apply."""
+        n, pos, window = ids.shape[0], int(positions[0]), self.cfg.sliding_window
+        if (kv_cache.batch_size != 1 or pos < 2
+                or not torch.equal(positions, torch.arange(pos, pos + n))
+                or (window is not None and pos + n > window)
+                or not (0 <= int(ids.min()) and int(ids.max()) < self.cfg.vocab_size)):
+            return None  # other shapes take the ordinary paths (and their errors)
+        kv_cache.check_positions(pos, pos + n - 1)
+        keys, values = kv_cache.k[:, 0, :, :pos], kv_cache.v[:, 0, :, :pos]
+        ids = ids.clone()  # a fresh tensor: the rows are marked dynamic, not the caller's
+        mark_slots_dynamic(keys, values)
+        mark_slots_dynamic(ids, dim=0)
+        try:
+            verify = compiled(verify_graph, repr(self.cfg), self.dtype, dynamic=None,
+                              options={"size_asserts": False})
+            logits, new_keys, new_values = verify(self.model, ids, torch.tensor(pos),
+                                                  keys, values)
+        except Exception as err:  # torch.compile's errors have many types
+            self.compile_steps = False
+            warnings.warn("compiled passes are off for this FastDecoder "
+                          f"({type(err).__name__}: {err}); they take the uncompiled "
+                          "path", RuntimeWarning, stacklevel=4)
+            return None
+        kv_cache.begin_forward(positions[None])  # the cache contract
+        kv_cache.k[:, 0, :, pos:pos + n] = new_keys
+        kv_cache.v[:, 0, :, pos:pos + n] = new_values
+        return logits
+
 
 __all__ = ['rms_norm', 'block_forward', 'model_forward', 'FusedProducts', 'matvec',
-           'streamed_products', 'attend_slots', 'decode_graph', 'compiled',
-           'mark_slots_dynamic', 'FastDecoder']
+           'streamed_products', 'attend_slots', 'decode_graph', 'linear_products',
+           'attend_rows', 'verify_graph', 'compiled', 'mark_slots_dynamic',
+           'FastDecoder']

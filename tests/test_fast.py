@@ -221,3 +221,53 @@ def test_loops_that_take_a_model_take_a_fast_decoder():
     fast_result = speculative_generate(FastDecoder(target), FastDecoder(draft), None, prompt,
                                        params, k=3)[0]
     assert fast_result.token_ids == plain.token_ids
+
+
+CASES = ((2, 2), (6, 5), (11, 9), (20, 3), (23, 8), (31, 4))  # (cached tokens, new)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"qk_norm": True, "head_dim": 32},
+                                       {"n_kv_heads": 1}, EVERYTHING])
+def test_compiled_verify_passes_match_the_model(overrides, monkeypatch):
+    """Speculative decoding's verify pass: n consecutive tokens after the cached ones, one
+    compiled graph for every n and every cache length, the model's logits and keys."""
+    from torch._dynamo.utils import counters
+
+    model = _model(**overrides)
+    fast_model = FastDecoder(model)
+    ids = _prompt(length=40, seed=3)
+    before = counters["stats"]["unique_graphs"]
+    calls = _count_model_calls(monkeypatch)
+    with torch.inference_mode():
+        for start, n in CASES:
+            caches = [_cache(model.cfg, 40) for _ in range(2)]
+            for cache in caches:
+                model(ids[:, :start], positions=torch.arange(start), kv_cache=cache)
+            positions = torch.arange(start, start + n)
+            got = fast_model(ids[:, start:start + n], positions=positions,
+                             kv_cache=caches[1])
+            want = model(ids[:, start:start + n], positions=positions, kv_cache=caches[0])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-5, rtol=0)
+            torch.testing.assert_close(caches[1].v, caches[0].v, atol=1e-5, rtol=0)
+    # Transformer.forward ran only where this test called the model itself
+    assert calls == [c for start, n in CASES for c in (start, start, n)]
+    assert any(key[0] == "verify_graph" for key in fast._COMPILED)
+    if model.cfg.sliding_window is None:
+        assert counters["stats"]["unique_graphs"] - before <= 2, "recompiled for a new n"
+
+
+def test_verify_passes_give_speculative_decoding_the_same_tokens():
+    from llmcore.sampling import SamplingParams
+    from llmcore.speculative import PromptLookup, speculative_generate
+
+    target, draft = _model(), _model(n_layers=1)
+    prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7]  # repeats: prompt lookup guesses
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    want = greedy_generate_uncached(target, torch.tensor([prompt]), 24)[0]
+    for guesser in (FastDecoder(draft), PromptLookup()):
+        for k in (1, 3, 6):
+            result, stats = speculative_generate(FastDecoder(target), guesser, None,
+                                                 prompt, params, k=k)
+            assert result.token_ids == want.tolist(), (guesser, k)
+            assert stats.proposed > 0  # passes over guesses + 1 tokens: the verify graph
