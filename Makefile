@@ -39,8 +39,10 @@ site-check: $(STAMP)         ## build the site, open every page in headless Chro
 bench: $(STAMP)              ## run every benchmark in bench/ (prints ratios against peers)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
-gpu-check: $(STAMP)          ## on a machine with a CUDA GPU: CUDA tests + notebooks executed there
-	bash scripts/gpu_check.sh
+# No $(STAMP): a GPU machine brings its own torch (and may have no network to install).
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:                   ## on a CUDA GPU: tests, notebooks, measurements into results/gpu/ (GPU_ARGS=--dry-run: on the CPU)
+	$(GPU_PY) scripts/gpu_check.py $(GPU_ARGS)
 
 clean:
 	rm -rf _build

@@ -2,12 +2,14 @@
 
 Run: python bench/decode.py [--model tiny-shape --model smollm2-135m | --model DIR] [--new-tokens 128]
                             [--prompt-len 16] [--repeat 3] [--threads N] [--dtype float32|bfloat16]
+                            [--device cpu|cuda] [--json FILE] [--cache-dir DIR] [--no-fast]
 
 For each model, transformers builds a random-initialised LlamaForCausalLM of that shape and saves
 it with save_pretrained; llmcore loads the same files through `llmcore.hf.load_pretrained`.
 "tiny-shape" is the shape of the book's tiny model (scripts/train_tiny.py); pass the trained
 checkpoint's DIR (config.json + safetensors) to load the real weights into both instead.
-All peers run in `--dtype` (float32 by default) on the CPU with the same thread count, in
+All peers run in `--dtype` (float32 by default) on `--device` (the CPU by default; `cuda` for a
+GPU, where every timer waits for the queued work) with the same thread count, in
 `--repeat` rounds; each round measures the copy bandwidth, then times one whole generation (a
 prompt of `--prompt-len` tokens, then `--new-tokens` tokens) of every peer in turn. The bandwidth
 roofline is that round's copy bandwidth divided by the bytes of weights a decode step reads
@@ -19,11 +21,16 @@ minutes away from the runs it judges would say more about the neighbours than ab
 each one-sequence decode step through the KVCache runs as one compiled graph, short passes use
 fused products); "llmcore, plain model" is the model as loaded, with nothing added.
 Targets (float32, batch 1, SmolLM2-135M shape): FastDecoder ahead of transformers on both shapes
-and >= 70% of the bandwidth roofline measured in the same rounds.
+and >= 70% of the bandwidth roofline measured in the same rounds. On a GPU (issue 17): the
+qwen2.5-0.5b shape in bfloat16 at >= 70% of the measured device bandwidth, ahead of transformers.
+FastDecoder's compiled path is CPU-only: on a GPU it passes every call to the model.
+`--json FILE` also writes every figure printed (per round) as JSON; `--cache-dir DIR` keeps the
+random checkpoints there and reuses them (scripts/gpu_check.py runs both dtypes on one copy).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import sys
@@ -37,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from llmcore.device import synchronize  # noqa: E402
 from llmcore.fast import FastDecoder  # noqa: E402
 from llmcore.hf import load_pretrained  # noqa: E402
 from llmcore.kvcache import KVCache, greedy_generate  # noqa: E402
@@ -49,7 +57,15 @@ SHAPES = {  # HF config.json fields of the random models
     "tiny-shape": dict(vocab_size=4096, hidden_size=256, intermediate_size=688, num_hidden_layers=6,
                        num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5,
                        max_position_embeddings=1024, tie_word_embeddings=True),  # scripts/train_tiny.py
+    "smollm2-360m": dict(vocab_size=49152, hidden_size=960, intermediate_size=2560, num_hidden_layers=32,
+                         num_attention_heads=15, num_key_value_heads=5, rms_norm_eps=1e-5, rope_theta=100000.0,
+                         max_position_embeddings=8192, tie_word_embeddings=True),
+    # Qwen2.5-0.5B's config.json (a Qwen2 model: Llama plus biases on q, k and v): 0.49 B parameters
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         max_position_embeddings=32768, tie_word_embeddings=True, use_sliding_window=False),
 }
+ARCHITECTURES = {"qwen2.5-0.5b": "Qwen2"}  # the transformers classes of a shape; default Llama
 
 
 def checkpoint(name: str, workdir: Path) -> Path:
@@ -58,16 +74,20 @@ def checkpoint(name: str, workdir: Path) -> Path:
         return Path(name)
     if name not in SHAPES:
         raise SystemExit(f"--model {name!r}: use a checkpoint directory or one of {sorted(SHAPES)}")
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**SHAPES[name]))
     path = workdir / name
+    if (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        return path  # saved by an earlier run with the same --cache-dir
+    import transformers
+    arch = ARCHITECTURES.get(name, "Llama")
+    config = getattr(transformers, f"{arch}Config")(**SHAPES[name])
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{arch}ForCausalLM")(config)
     model.save_pretrained(path, safe_serialization=True)
     return path
 
 
 def run_llmcore(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    cache = KVCache(model.cfg, batch_size=1, max_len=prompt.shape[1] + new_tokens, device="cpu",
+    cache = KVCache(model.cfg, batch_size=1, max_len=prompt.shape[1] + new_tokens, device=model.device,
                     dtype=model.dtype)
     return greedy_generate(model, prompt, new_tokens, cache)
 
@@ -79,33 +99,48 @@ def run_transformers(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tens
     return out[:, prompt.shape[1]:]
 
 
-def bench(name: str, args, workdir: Path) -> None:
+def bench(name: str, args, workdir: Path) -> dict:
     from transformers import AutoModelForCausalLM
     path = checkpoint(name, workdir)
-    dtype = getattr(torch, args.dtype)
-    ours = load_pretrained(path, device="cpu", dtype=dtype)
-    theirs = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    dtype, device = getattr(torch, args.dtype), torch.device(args.device)
+    ours = load_pretrained(path, device=device, dtype=dtype)
+    theirs = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     theirs.generation_config.eos_token_id = None  # random weights: never stop early, on either side
-    prompt = torch.randint(0, ours.cfg.vocab_size, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, ours.cfg.vocab_size, (1, args.prompt_len),
+                           generator=torch.Generator().manual_seed(0)).to(device)
 
     fast = "llmcore, FastDecoder"
-    peers = [("transformers", run_transformers, theirs), ("llmcore, plain model", run_llmcore, ours),
-             (fast, run_llmcore, FastDecoder(ours))]
+    peers = [("transformers", run_transformers, theirs), ("llmcore, plain model", run_llmcore, ours)]
+    if not args.no_fast:
+        peers.append((fast, run_llmcore, FastDecoder(ours)))
     for _, fn, model in peers:  # warm up (the compiled step compiles here)
         fn(model, prompt, 8)
+    synchronize(device)
     weight_bytes = matmul_weights(ours.cfg) * dtype.itemsize
     times, tokens, bandwidths = {peer: [] for peer, _, _ in peers}, {}, []
     for _ in range(args.repeat):  # rounds: all peers in turn, so they see the same background load,
-        bandwidths.append(measure_copy_bandwidth("cpu", repeats=5))  # and the ceiling measured with them
+        bandwidths.append(measure_copy_bandwidth(device, repeats=5))  # and the ceiling measured with them
         for peer, fn, model in peers:
             start = time.perf_counter()
             tokens[peer] = fn(model, prompt, args.new_tokens)
+            synchronize(device)  # a GPU returns before its queued work is done
             times[peer].append(time.perf_counter() - start)
 
     # Each round's rates against that round's roofline (tokens/s if a step only read the weights).
     rates = {peer: [args.new_tokens / t for t in ts] for peer, ts in times.items()}
     rooflines = [bw / weight_bytes for bw in bandwidths]
     median = statistics.median
+    lead = fast if not args.no_fast else "llmcore, plain model"
+    record = {"model": name, "parameters": ours.num_parameters(), "weight_bytes": weight_bytes,
+              "dtype": args.dtype, "device": str(device), "prompt_len": args.prompt_len,
+              "new_tokens": args.new_tokens, "repeat": args.repeat, "bandwidths_Bps": bandwidths,
+              "rooflines_tok_s": rooflines, "seconds": times, "tok_s": rates,
+              "same_tokens_as_transformers": {peer: torch.equal(tokens[peer], tokens["transformers"])
+                                              for peer, _, _ in peers[1:]},
+              "fraction_of_roofline": {peer: median(r / roof for r, roof in zip(rates[peer], rooflines))
+                                       for peer, _, _ in peers},
+              "vs_transformers": {peer: median(a / b for a, b in zip(rates[peer], rates["transformers"]))
+                                  for peer, _, _ in peers[1:]}, "lead": lead}
     print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {weight_bytes / 1e6:.0f} MB of "
           f"{args.dtype} weights read per step; prompt {args.prompt_len}, {args.new_tokens} new tokens, batch 1")
     for peer, _, _ in peers[1:]:
@@ -118,6 +153,8 @@ def bench(name: str, args, workdir: Path) -> None:
         frac = median(r / roof for r, roof in zip(rates[peer], rooflines))
         print(f"{peer:<28} (median of {args.repeat}) : {median(rates[peer]):7.1f} tok/s   {frac:6.1%} of roofline   "
               f"(best {max(rates[peer]):.1f} tok/s)")
+    if args.no_fast:
+        return record
     ratio = median(ours_ / theirs_ for ours_, theirs_ in zip(rates[fast], rates["transformers"]))
     frac = median(r / roof for r, roof in zip(rates[fast], rooflines))
     print(f"FastDecoder / transformers (median of rounds): {ratio:.2f}x   target > 1x: {'met' if ratio > 1 else 'MISSED'}")
@@ -128,6 +165,7 @@ def bench(name: str, args, workdir: Path) -> None:
     print(f"  FastDecoder streams its weights at {streamed / 1e9:.1f} GB/s; the copies moved {median(bandwidths) / 1e9:.1f} "
           f"GB/s counting what they read and wrote ({median(bandwidths) / 2e9:.1f} GB/s of reads). "
           f"Weights that fit in the last-level cache can beat the roofline.")
+    return record
 
 
 def main() -> None:
@@ -140,16 +178,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="weights and activations of both peers (the targets are stated for float32)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    parser.add_argument("--json", type=Path, help="also write every figure, per round, to this JSON file")
+    parser.add_argument("--cache-dir", type=Path, help="save the random checkpoints here and reuse them "
+                        "(default: a temporary directory)")
+    parser.add_argument("--no-fast", action="store_true", help="leave out the FastDecoder peer")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # one process: llmcore and transformers use the same threads
     warnings.filterwarnings("ignore")
 
     import transformers
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        platform.processor() or platform.machine()
+    print(f"machine: {where}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, transformers {transformers.__version__}")
+    records = []
     with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.cache_dir or Path(tmp)
         for name in args.model or ["tiny-shape", "smollm2-135m"]:
-            bench(name, args, Path(tmp))
+            records.append(bench(name, args, workdir))
+    if args.json:
+        meta = {"machine": where, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                "transformers": transformers.__version__}
+        args.json.write_text(json.dumps({**meta, "results": records}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/answers
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on a GPU machine)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (`make gpu-check` runs them on a GPU machine)")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)

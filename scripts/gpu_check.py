@@ -1,0 +1,955 @@
+"""Run the book on a CUDA GPU in one command and keep every result (issue 17).
+
+    python scripts/gpu_check.py                  # on a CUDA machine: about 8 minutes
+    python scripts/gpu_check.py --dry-run        # the same steps, CPU, tiny shapes
+    python scripts/gpu_check.py --steps env,measure --archive /tmp/gpu.tar.gz
+
+Steps, each a subprocess with its own time budget (a failure or a timeout is recorded
+and the next step runs; the whole run stops starting steps at --total-budget):
+
+  env         versions (Python, torch, CUDA, transformers, llmcore, git commit), the
+              packages the other steps import, the GPU's name, memory and bfloat16
+              support, `nvidia-smi -q`
+  measure     device copy bandwidth (several sizes) and matmul FLOP/s (fp32, tf32,
+              bf16, fp16), then, on a 0.5B-class shape (Qwen2.5-0.5B's config, random
+              weights): decode and prefill as points under the measured roofline
+              (ch05), decode tok/s against the bandwidth floor as the context grows
+              (ch06), bit differences and greedy flips between batch sizes (ch07), and
+              the cost of a pass over n tokens relative to one (ch10)
+  bench       bench/decode.py on the device in bfloat16 and float32 for the
+              qwen2.5-0.5b and smollm2-135m shapes (llmcore vs transformers, the copy
+              bandwidth measured in the same rounds)
+  cuda_tests  the `cuda`-marked tests
+  tests       the test suite (all but the site build) with LLMCORE_DEVICE set
+  notebooks   every chapter executed on the device into <results>/notebooks/ (the
+              committed CPU outputs are never touched); errors listed per notebook;
+              the outputs of the GPU-guarded cells copied to gpu_cells.json and PNGs
+
+env, measure and bench run one at a time, so their timings see an idle GPU; then
+cuda_tests, tests and notebooks run side by side (--jobs > 1). Everything lands in one
+folder, printed at the end: summary.json and summary.md (each step's status, seconds
+and headline figures), one JSON per figure, PNG plots, logs/, junit XML. --archive
+writes that folder as one .tar.gz as well (the device tool brings back at most 8 files).
+
+--dry-run runs the same script on the CPU (LLMCORE_DEVICE=cpu, one thread, tiny shapes,
+two notebooks, two test files) in under 3 minutes, so a GPU minute is never spent on a
+bug of this script. The GPU machine needs nbclient, nbformat, ipykernel, nbval, fastapi,
+uvicorn and openai besides torch and transformers; `env` lists what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STEPS = ("env", "measure", "bench", "cuda_tests", "tests", "notebooks")
+EXCLUSIVE = ("env", "measure", "bench")  # timings: the GPU to themselves
+BUDGETS = {  # seconds per step on a GPU machine
+    "env": 30, "measure": 90, "bench": 180,
+    "cuda_tests": 150, "tests": 330, "notebooks": 330,
+}
+DRY_BUDGETS = {
+    "env": 60, "measure": 60, "bench": 90,
+    "cuda_tests": 60, "tests": 90, "notebooks": 150,
+}
+DRY_NOTEBOOKS = ("00_setup", "03_embeddings")
+DRY_TESTS = ("tests/test_device.py", "tests/test_cuda_paths.py")
+# modules the steps import (the GPU image may lack some): import name -> package
+NEEDED = {
+    "torch": "torch", "transformers": "transformers", "safetensors": "safetensors",
+    "numpy": "numpy", "matplotlib": "matplotlib", "regex": "regex",
+    "nbformat": "nbformat", "nbclient": "nbclient", "ipykernel": "ipykernel",
+    "nbval": "nbval", "pytest": "pytest", "hypothesis": "hypothesis",
+    "fastapi": "fastapi", "uvicorn": "uvicorn", "openai": "openai",
+    "httpx2": "httpx2", "prometheus_client": "prometheus-client", "jinja2": "jinja2",
+    "tiktoken": "tiktoken", "tokenizers": "tokenizers", "xdist": "pytest-xdist",
+}
+# the 0.5B-class shape of `measure` (Qwen2.5-0.5B's config.json), and the dry run's
+MEASURE_SHAPE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                     num_hidden_layers=24, num_attention_heads=14,
+                     num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6,
+                     max_position_embeddings=32768, tie_word_embeddings=True,
+                     attention_bias=True, architectures=["Qwen2ForCausalLM"])
+DRY_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=128,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=4096,
+                 tie_word_embeddings=True, architectures=["LlamaForCausalLM"])
+
+
+@dataclass
+class Plan:
+    """What one run does: which steps, on which device, with what sizes and budgets."""
+    device: str
+    dry_run: bool
+    out: Path
+    steps: list[str]
+    budgets: dict[str, float]
+    total_budget: float
+    jobs: int
+    notebooks: list[str]
+    tests: list[str]
+    bench: list[list[str]] = field(default_factory=list)  # one argv per bench run
+    python: str = sys.executable
+
+    def env(self) -> dict[str, str]:
+        """The environment of every subprocess."""
+        env = {**os.environ, "LLMCORE_DEVICE": self.device, "PYTHONUNBUFFERED": "1",
+               "MPLBACKEND": "Agg", "TOKENIZERS_PARALLELISM": "false"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        if self.dry_run:  # a shared CPU: one thread each
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        return env
+
+
+def gpu_slug() -> str:
+    """'nvidia-h200' style name of GPU 0, for the results folder."""
+    import torch
+    if not torch.cuda.is_available():
+        return "no-gpu"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true",
+                        help="on the CPU with tiny shapes: prove the script works")
+    parser.add_argument("--device", help="default: cuda (cpu with --dry-run)")
+    parser.add_argument("--out", type=Path, help="results folder (default: "
+                        "results/gpu/<UTC time>-<gpu>/, or results/gpu-dry-run/...)")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help=f"comma-separated subset of {','.join(STEPS)}")
+    parser.add_argument("--total-budget", type=float,
+                        help="seconds after which no step starts or runs on "
+                        "(default: 480; 180 with --dry-run)")
+    parser.add_argument("--budget", action="append", default=[], metavar="STEP=S",
+                        help="override one step's budget in seconds (repeatable)")
+    parser.add_argument("--jobs", type=int, help="parallel notebooks, and whether "
+                        "the checks run side by side (default: 4; 1 with --dry-run)")
+    parser.add_argument("--notebooks", nargs="*", help="chapter stems or paths "
+                        "(default: every chapter; two with --dry-run)")
+    parser.add_argument("--tests", nargs="*", help="pytest paths of the `tests` step "
+                        "(default: tests/, without the site build)")
+    parser.add_argument("--archive", type=Path, help="also write the results "
+                        "folder as this .tar.gz")
+    parser.add_argument("--worker", choices=["env", "measure"], help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def make_plan(args: argparse.Namespace, slug: str | None = None,
+              now: dt.datetime | None = None) -> Plan:
+    """The Plan for parsed arguments; `slug` names the GPU (asked of torch if None)."""
+    dry = args.dry_run
+    device = args.device or ("cpu" if dry else "cuda")
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown:
+        raise SystemExit(f"--steps: unknown step(s) {unknown}; choose from {STEPS}")
+    budgets = dict(DRY_BUDGETS if dry else BUDGETS)
+    for item in args.budget:
+        name, _, seconds = item.partition("=")
+        if name not in STEPS or not seconds:
+            raise SystemExit(f"--budget {item!r}: use STEP=SECONDS, STEP in {STEPS}")
+        budgets[name] = float(seconds)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    if args.out is None:
+        stamp = now.strftime("%Y-%m-%d-%H%M")
+        name = "gpu-dry-run" if dry else "gpu"
+        slug = slug if slug is not None else ("cpu" if dry else gpu_slug())
+        out = ROOT / "results" / name / f"{stamp}-{slug}"
+    else:
+        out = args.out
+    if args.notebooks:
+        notebooks = [str(_notebook(n)) for n in args.notebooks]
+    elif dry:
+        notebooks = [str(_notebook(n)) for n in DRY_NOTEBOOKS]
+    else:
+        notebooks = [str(p) for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
+    if args.tests:
+        tests = list(args.tests)
+    else:
+        tests = list(DRY_TESTS) if dry else ["tests"]
+    py = sys.executable
+    if dry:
+        bench = [[py, "bench/decode.py", "--device", device, "--dtype", d,
+                  "--model", "tiny-shape", "--new-tokens", "8", "--prompt-len", "8",
+                  "--repeat", "1", "--threads", "1", "--no-fast"]
+                 for d in ("bfloat16", "float32")]
+    else:
+        bench = [[py, "bench/decode.py", "--device", device, "--dtype", d,
+                  "--model", "qwen2.5-0.5b", "--model", "smollm2-135m",
+                  "--new-tokens", "128", "--repeat", "3"]
+                 for d in ("bfloat16", "float32")]
+    jobs = args.jobs or (1 if dry else 4)
+    total = args.total_budget or (180.0 if dry else 480.0)
+    return Plan(device, dry, Path(out), steps, budgets, total, jobs, notebooks, tests,
+                bench)
+
+
+def _notebook(name: str) -> Path:
+    path = Path(name)
+    if path.suffix == ".ipynb":
+        return path if path.is_absolute() else ROOT / path
+    found = sorted((ROOT / "chapters").glob(f"{name}*.ipynb"))
+    if len(found) != 1:
+        raise SystemExit(f"--notebooks {name!r} matches {len(found)} chapters")
+    return found[0]
+
+
+# ----------------------------------------------------------------------- running steps
+@dataclass
+class StepResult:
+    name: str
+    status: str = "not run"    # ok | failed | timeout | skipped | error
+    seconds: float = 0.0
+    budget: float = 0.0
+    detail: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+def run_command(cmd: list[str], log: Path, timeout: float, env: dict,
+                cwd: Path = ROOT) -> tuple[int | None, float]:
+    """Run `cmd`, output appended to `log`; (exit code or None on timeout, seconds).
+    On timeout the whole process group is killed (a notebook's kernel too)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            f.write(f"\n[gpu_check] killed after {timeout:.0f} s (its budget)\n")
+            code = None
+    return code, time.perf_counter() - start
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class Runner:
+    """Runs steps within their budgets and the run's deadline; never raises."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.deadline = time.monotonic() + plan.total_budget
+        self.results: dict[str, StepResult] = {}
+        self.lock = threading.Lock()
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, name: str, fn) -> StepResult:
+        budget = min(self.plan.budgets[name], self.left())
+        result = StepResult(name, budget=round(budget, 1))
+        if budget < 5:
+            result.status = "skipped"
+            result.error = "out of time: the run's --total-budget was spent"
+        else:
+            start = time.perf_counter()
+            print(f"[gpu_check] {name}: start (budget {budget:.0f} s)", flush=True)
+            try:
+                fn(result, time.monotonic() + budget)
+            except Exception as err:  # a bug in a step is that step's failure only
+                result.status = "error"
+                result.error = f"{type(err).__name__}: {err}"
+                log = self.plan.out / "logs" / f"{name}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("a") as f:
+                    f.write(traceback.format_exc())
+            result.seconds = round(time.perf_counter() - start, 1)
+        print(f"[gpu_check] {name}: {result.status} in {result.seconds:.0f} s"
+              + (f" ({result.error})" if result.error else ""), flush=True)
+        with self.lock:
+            self.results[name] = result
+        return result
+
+
+def _status(code: int | None) -> tuple[str, str | None]:
+    if code is None:
+        return "timeout", "ran past its budget and was killed"
+    return ("ok", None) if code == 0 else ("failed", f"exit code {code}")
+
+
+def step_worker(plan: Plan, name: str):
+    """A step that runs this script's own worker (env, measure) in a subprocess."""
+    def fn(result: StepResult, deadline: float):
+        cmd = [plan.python, str(Path(__file__).resolve()), "--worker", name,
+               "--out", str(plan.out), "--device", plan.device]
+        if plan.dry_run:
+            cmd.append("--dry-run")
+        code, _ = run_command(cmd, plan.out / "logs" / f"{name}.log",
+                              deadline - time.monotonic(), plan.env())
+        result.status, result.error = _status(code)
+        written = plan.out / f"{name}.json"
+        if written.exists():
+            data = json.loads(written.read_text())
+            result.detail = data.get("headline", {})
+            if data.get("errors") and result.status == "ok":
+                result.status = "failed"
+                result.error = "; ".join(f"{k}: {v}" for k, v in data["errors"].items())
+    return fn
+
+
+def junit_summary(path: Path) -> dict:
+    """Counts and the failing tests (id and first lines of the message) of a junit
+    XML file."""
+    if not path.exists():
+        return {"junit": "missing"}
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {k: sum(int(s.get(k, 0)) for s in suites)
+              for k in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = (counts["tests"] - counts["failures"] - counts["errors"]
+                        - counts["skipped"])
+    failing = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            node = case.find(kind)
+            if node is not None:
+                message = (node.get("message") or node.text or "").strip()
+                failing.append({"test": f"{case.get('classname')}::{case.get('name')}",
+                                "kind": kind, "message": message[:600]})
+    counts["failing"] = failing
+    return counts
+
+
+def step_pytest(plan: Plan, name: str, args: list[str], parallel: bool = False):
+    def fn(result: StepResult, deadline: float):
+        xml = plan.out / "tests" / f"{name}.xml"
+        xml.parent.mkdir(parents=True, exist_ok=True)
+        # pyproject's addopts turn nbval on, which tests/ does not need and a GPU
+        # image may lack: replaced by the rest of them
+        cmd = [plan.python, "-m", "pytest", *args, "-q", "-o",
+               "addopts=-ra --strict-markers", "-p", "no:nbval", "-p",
+               "no:cacheprovider", f"--junitxml={xml}", "-o", "junit_family=xunit1"]
+        if parallel and plan.jobs > 1 and _has("xdist"):
+            cmd += ["-n", str(min(8, 2 * plan.jobs))]
+        code, _ = run_command(cmd, plan.out / "logs" / f"{name}.log",
+                              deadline - time.monotonic(), plan.env())
+        result.status, result.error = _status(code)
+        result.detail = junit_summary(xml)
+        (plan.out / "tests" / f"{name}.json").write_text(
+            json.dumps(result.detail, indent=1) + "\n")
+    return fn
+
+
+def _has(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+        return True
+    except ImportError:
+        return False
+
+
+def step_bench(plan: Plan):
+    def fn(result: StepResult, deadline: float):
+        outdir = plan.out / "bench"
+        outdir.mkdir(parents=True, exist_ok=True)
+        failures = []
+        with tempfile.TemporaryDirectory(prefix="gpu-check-ckpt-") as ckpt:
+            for argv in plan.bench:
+                dtype = argv[argv.index("--dtype") + 1]
+                out = outdir / f"decode-{dtype}.json"
+                code, _ = run_command(
+                    argv + ["--json", str(out), "--cache-dir", ckpt],
+                    plan.out / "logs" / "bench.log", deadline - time.monotonic(),
+                    plan.env())
+                status, error = _status(code)
+                if status != "ok":
+                    failures.append(f"{dtype}: {error}")
+        records = []
+        for path in sorted(outdir.glob("decode-*.json")):
+            records += json.loads(path.read_text())["results"]
+        result.detail = bench_headline(records)
+        if records:
+            plot_bench(records, plan.out / "plots" / "bench_decode.png")
+        result.status = "failed" if failures else "ok"
+        result.error = "; ".join(failures) or None
+    return fn
+
+
+def bench_headline(records: list[dict]) -> dict:
+    """tok/s, fraction of the bandwidth roofline and ratio to transformers, per model
+    and dtype (medians over rounds)."""
+    out = {}
+    for r in records:
+        lead = r["lead"]
+        out[f"{r['model']} {r['dtype']}"] = {
+            "llmcore tok/s": round(statistics.median(r["tok_s"][lead]), 1),
+            "transformers tok/s": round(
+                statistics.median(r["tok_s"]["transformers"]), 1),
+            "roofline tok/s": round(statistics.median(r["rooflines_tok_s"]), 1),
+            "llmcore fraction of roofline": round(r["fraction_of_roofline"][lead], 3),
+            "llmcore / transformers": round(r["vs_transformers"][lead], 3),
+            "same tokens": r["same_tokens_as_transformers"][lead],
+        }
+    return out
+
+
+def step_notebooks(plan: Plan):
+    def fn(result: StepResult, deadline: float):
+        from concurrent.futures import ThreadPoolExecutor
+        outdir = plan.out / "notebooks"
+        outdir.mkdir(parents=True, exist_ok=True)
+
+        def one(nb: str) -> dict:
+            path = Path(nb)
+            left = deadline - time.monotonic()
+            if left < 5:
+                return {"notebook": path.name, "status": "skipped", "seconds": 0}
+            cmd = [plan.python, "scripts/execute_notebooks.py", "--out-dir",
+                   str(outdir), "--allow-errors", "--timeout", "600", str(path)]
+            code, seconds = run_command(
+                cmd, plan.out / "logs" / f"notebook-{path.stem}.log", left, plan.env())
+            status, _ = _status(code)
+            entry = {"notebook": path.name, "status": status,
+                     "seconds": round(seconds, 1)}
+            executed = outdir / path.name
+            if executed.exists() and code is not None:
+                entry.update(notebook_report(executed, plan.out / "plots"))
+                if entry["errors"]:
+                    entry["status"] = "failed"
+            return entry
+
+        with ThreadPoolExecutor(max_workers=max(1, plan.jobs)) as pool:
+            entries = list(pool.map(one, plan.notebooks))
+        result.detail = {e["notebook"]: e for e in entries}
+        gpu_cells = {e["notebook"]: e.pop("gpu_cells", []) for e in entries}
+        (outdir / "gpu_cells.json").write_text(json.dumps(gpu_cells, indent=1) + "\n")
+        (outdir / "notebooks.json").write_text(json.dumps(entries, indent=1) + "\n")
+        bad = [e["notebook"] for e in entries if e["status"] != "ok"]
+        result.status = "failed" if bad else "ok"
+        result.error = f"not ok: {', '.join(bad)}" if bad else None
+        result.detail = {e["notebook"]: {k: v for k, v in e.items() if k != "notebook"}
+                         for e in entries}
+    return fn
+
+
+def _is_gpu_cell(source: str) -> bool:
+    """A cell that does something only on a GPU (not the setup or an export cell)."""
+    head = source.lstrip()
+    return ("cuda" in source and not head.startswith("# Setup:")
+            and not head.startswith("#| export"))
+
+
+def notebook_report(path: Path, plots: Path) -> dict:
+    """Errors of an executed notebook, and the outputs of its GPU-guarded cells (text
+    in the report, images as PNG files in `plots`)."""
+    import base64
+    nb = json.loads(path.read_text())
+    errors, gpu_cells = [], []
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        texts, images = [], []
+        for output in cell.get("outputs", []):
+            if output["output_type"] == "error":
+                errors.append({"cell": index, "ename": output["ename"],
+                               "evalue": output["evalue"][:600]})
+            elif output["output_type"] == "stream":
+                texts.append("".join(output["text"]))
+            elif "data" in output:
+                data = output["data"]
+                if "image/png" in data:
+                    images.append(data["image/png"])
+                elif "text/plain" in data:
+                    texts.append("".join(data["text/plain"]))
+        if _is_gpu_cell(source):
+            files = []
+            for k, png in enumerate(images):
+                plots.mkdir(parents=True, exist_ok=True)
+                name = f"{path.stem}-cell{index}-{k}.png"
+                (plots / name).write_bytes(base64.b64decode(png))
+                files.append(name)
+            gpu_cells.append({"cell": index, "source": source[:400],
+                              "text": "".join(texts)[:4000], "images": files})
+    return {"cells": len(nb["cells"]), "errors": errors, "gpu_cells": gpu_cells}
+
+
+# ------------------------------------------------------------------------ the workers
+def worker_env(plan: Plan) -> dict:
+    """Versions, packages and the GPU, as env.json."""
+    import torch
+    data: dict = {"python": platform.python_version(), "executable": sys.executable,
+                  "platform": platform.platform(), "cpus": os.cpu_count(),
+                  "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                  "cudnn": (torch.backends.cudnn.version()
+                            if torch.backends.cudnn.is_available() else None),
+                  "device": plan.device, "dry_run": plan.dry_run, "errors": {}}
+    packages = {}
+    for module, package in NEEDED.items():
+        try:
+            mod = importlib.import_module(module)
+            packages[package] = getattr(mod, "__version__", "installed")
+        except Exception as err:  # ImportError, or a broken install
+            packages[package] = f"missing ({type(err).__name__})"
+    data["packages"] = packages
+    try:
+        import llmcore
+        data["llmcore"] = llmcore.__version__
+    except Exception as err:
+        data["errors"]["llmcore"] = f"{type(err).__name__}: {err}"
+    data["git"] = _git()
+    device = torch.device(plan.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            data["errors"]["gpu"] = "torch sees no CUDA GPU"
+        else:
+            from llmcore.device import default_dtype
+            props = torch.cuda.get_device_properties(device)
+            data["gpu"] = {
+                "name": props.name, "capability": f"{props.major}.{props.minor}",
+                "memory_bytes": props.total_memory,
+                "multiprocessors": props.multi_processor_count,
+                "bf16_native": torch.cuda.is_bf16_supported(including_emulation=False),
+                "bf16_with_emulation": torch.cuda.is_bf16_supported(),
+                "llmcore_default_dtype": str(default_dtype(device)),
+                "count": torch.cuda.device_count(),
+            }
+        try:
+            smi = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True,
+                                 timeout=30)
+            (plan.out / "nvidia-smi.txt").write_text(smi.stdout + smi.stderr)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            data["nvidia_smi"] = f"not run: {err}"
+    missing = [p for p, v in packages.items() if v.startswith("missing")
+               and p != "pytest-xdist"]
+    data["headline"] = {"gpu": data.get("gpu", {}).get("name", plan.device),
+                        "torch": data["torch"], "cuda": data["torch_cuda"],
+                        "missing packages": missing}
+    return data
+
+
+def _git() -> dict:
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def _median_time(fn, device, repeats: int = 5, warmup: int = 2) -> float:
+    from llmcore.profile import median_time
+    return median_time(fn, repeats=repeats, warmup=warmup, device=device)
+
+
+def worker_measure(plan: Plan) -> dict:
+    """The device's ceilings and the 0.5B-class shape's figures, as measure.json and
+    PNGs; each part may fail alone (listed under "errors")."""
+    import torch
+
+    from llmcore.device import default_dtype
+    from llmcore.hf import config_from_hf
+    from llmcore.profile import (decode_cost, measure_copy_bandwidth,
+                                 measure_matmul_flops, prefill_cost)
+    device = torch.device(plan.device)
+    dry = plan.dry_run
+    if dry:
+        torch.set_num_threads(1)
+    data: dict = {"device": str(device), "errors": {}}
+    plots = plan.out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+
+    def part(name):
+        def wrap(fn):
+            start = time.perf_counter()
+            try:
+                data[name] = fn()
+            except Exception as err:
+                data["errors"][name] = f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+            print(f"measure/{name}: {time.perf_counter() - start:.1f} s", flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return fn
+        return wrap
+
+    @part("copy_bandwidth")
+    def _():
+        exps = range(20, 24) if dry else range(22, 32)  # 1 MiB .. / 4 MiB .. 2 GiB
+        return [{"bytes": 2**e, "Bps": measure_copy_bandwidth(device, nbytes=2**e)}
+                for e in exps]
+
+    @part("matmul")
+    def _():
+        sizes = [128, 256] if dry else [1024, 2048, 4096, 8192]
+        rows = []
+        for name, dtype, tf32 in (("float32", torch.float32, False),
+                                  ("tf32", torch.float32, True),
+                                  ("bfloat16", torch.bfloat16, False),
+                                  ("float16", torch.float16, False)):
+            if dry and name in ("tf32", "float16"):
+                continue
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            try:
+                for n in sizes:
+                    rows.append({"dtype": name, "n": n, "flops":
+                                 measure_matmul_flops(device, dtype, size=n)})
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+        return rows
+
+    shape = DRY_SHAPE if dry else MEASURE_SHAPE
+    cfg = config_from_hf(dict(shape))
+    dtype = torch.float32 if device.type == "cpu" else default_dtype(device)
+    data["shape"] = {"config": shape, "dtype": str(dtype)}
+    model = None
+
+    @part("model")
+    def _():
+        nonlocal model
+        from llmcore.model import Transformer
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = Transformer(cfg).to(dtype).eval()
+        return {"parameters": model.num_parameters()}
+
+    # the largest buffer's: smaller ones partly stay in the GPU's L2 (60 MB on an H200)
+    bandwidth = (data["copy_bandwidth"][-1]["Bps"] if data.get("copy_bandwidth")
+                 else None)
+    peak = max((r["flops"] for r in data.get("matmul", [])
+                if r["dtype"] == str(dtype).removeprefix("torch.")), default=None)
+    if bandwidth and peak:
+        data["roofline"] = {"peak_flops": peak, "bandwidth_Bps": bandwidth,
+                            "dtype": str(dtype)}
+
+    def forward_time(batch: int, new: int, context: int) -> float:
+        from llmcore.kvcache import KVCache, prefill
+        cache = KVCache(cfg, batch, context + new, device=device, dtype=dtype)
+        gen = torch.Generator().manual_seed(0)
+        if context:
+            prefill(model, torch.randint(0, cfg.vocab_size, (batch, context),
+                                         generator=gen).to(device), cache)
+        ids = torch.randint(0, cfg.vocab_size, (batch, new), generator=gen).to(device)
+        positions = torch.arange(context, context + new, device=device)
+
+        def run():
+            with torch.inference_mode():
+                model(ids, positions=positions, kv_cache=cache)
+        return _median_time(run, device, repeats=3 if dry else 7)
+
+    @part("roofline_points")
+    def _():
+        if model is None:
+            raise RuntimeError("no model (see errors['model'])")
+        rows = []
+        batches = [1, 4] if dry else [1, 2, 4, 8, 16, 32, 64, 128, 256]
+        for b in batches:  # decode: one token per sequence after 512 cached
+            ctx = 32 if dry else 512
+            t = forward_time(b, 1, ctx)
+            cost = decode_cost(cfg, ctx, b, dtype)
+            rows.append({"kind": "decode", "batch": b, "tokens": 1, "context": ctx,
+                         "seconds": t, "flops": cost.flops, "bytes": cost.bytes})
+        for n in ([8, 32] if dry else [16, 64, 256, 1024, 4096]):  # prefill, batch 1
+            t = forward_time(1, n, 0)
+            cost = prefill_cost(cfg, n, 1, dtype)
+            rows.append({"kind": "prefill", "batch": 1, "tokens": n, "context": 0,
+                         "seconds": t, "flops": cost.flops, "bytes": cost.bytes})
+        for r in rows:
+            r["intensity"] = r["flops"] / r["bytes"]
+            r["achieved_flops"] = r["flops"] / r["seconds"]
+        return rows
+
+    @part("decode_context")
+    def _():
+        if model is None:
+            raise RuntimeError("no model (see errors['model'])")
+        from llmcore.profile import kv_bytes_per_token, matmul_weights
+        contexts = [16, 64] if dry else [128, 512, 2048, 8192, 16384]
+        weights = matmul_weights(cfg) * dtype.itemsize
+        rows = []
+        for ctx in contexts:
+            t = forward_time(1, 1, ctx)
+            kv = kv_bytes_per_token(cfg, dtype) * ctx
+            floor = (weights + kv) / bandwidth if bandwidth else None
+            rows.append({"context": ctx, "seconds": t, "tok_s": 1 / t,
+                         "weight_bytes": weights, "kv_bytes": kv,
+                         "floor_seconds": floor,
+                         "floor_tok_s": 1 / floor if floor else None})
+        return rows
+
+    @part("step_cost")
+    def _():
+        if model is None:
+            raise RuntimeError("no model (see errors['model'])")
+        ctx = 32 if dry else 256
+        ns = [1, 2, 4] if dry else [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32]
+        times = {n: forward_time(1, n, ctx) for n in ns}
+        return [{"tokens": n, "context": ctx, "seconds": t,
+                 "ratio_to_one": t / times[1]} for n, t in times.items()]
+
+    @part("batch_invariance")
+    def _():
+        if model is None:
+            raise RuntimeError("no model (see errors['model'])")
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, cfg.vocab_size, (1, 16 if dry else 64),
+                            generator=gen).to(device)
+        rows = []
+        with torch.inference_mode():
+            one = model(ids)[0].float()
+            for size in ([2, 4] if dry else [2, 8, 32, 128]):
+                many = model(ids.expand(size, -1).contiguous())[0].float()
+                rows.append({
+                    "batch": size, "dtype": str(dtype),
+                    "bit_identical": bool(torch.equal(one, many)),
+                    "fraction_differing": float((one != many).float().mean()),
+                    "max_abs_diff": float((one - many).abs().max()),
+                    "argmax_flips": int((one.argmax(-1) != many.argmax(-1)).sum()),
+                    "positions": int(one.shape[0])})
+        return rows
+
+    try:
+        plot_measure(data, plots)
+    except Exception as err:
+        data["errors"]["plots"] = f"{type(err).__name__}: {err}"
+    data["headline"] = measure_headline(data)
+    return data
+
+
+def measure_headline(data: dict) -> dict:
+    head = {}
+    if data.get("copy_bandwidth"):
+        head["copy bandwidth GB/s (largest buffer)"] = round(
+            data["copy_bandwidth"][-1]["Bps"] / 1e9, 1)
+    for row in data.get("matmul", []):
+        head[f"matmul {row['dtype']} TFLOP/s (largest n)"] = round(
+            row["flops"] / 1e12, 2)
+    decode = [r for r in data.get("roofline_points", []) if r["kind"] == "decode"]
+    if decode and data.get("roofline"):
+        r = decode[0]
+        head["decode batch 1: fraction of bandwidth"] = round(
+            r["bytes"] / r["seconds"] / data["roofline"]["bandwidth_Bps"], 3)
+    if data.get("step_cost"):
+        last = data["step_cost"][-1]
+        head[f"pass over {last['tokens']} tokens / pass over 1"] = round(
+            last["ratio_to_one"], 2)
+    if data.get("batch_invariance"):
+        head["batch sizes with bit-identical logits"] = [
+            r["batch"] for r in data["batch_invariance"] if r["bit_identical"]]
+    return head
+
+
+def plot_measure(data: dict, plots: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmcore.profile import Roofline, plot_roofline
+    where = data["device"]
+    if data.get("roofline") and data.get("roofline_points"):
+        roof = Roofline(data["roofline"]["peak_flops"],
+                        data["roofline"]["bandwidth_Bps"])
+        points = {}
+        for kind in ("decode", "prefill"):
+            rows = [r for r in data["roofline_points"] if r["kind"] == kind]
+            points[f"{kind} (measured)"] = [(r["intensity"], r["achieved_flops"])
+                                            for r in rows]
+        ax = plot_roofline(roof, points, title=f"roofline, {where}, "
+                           f"{data['roofline']['dtype']}")
+        ax.figure.savefig(plots / "roofline.png", dpi=120, bbox_inches="tight")
+        plt.close(ax.figure)
+    if data.get("decode_context"):
+        rows = data["decode_context"]
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        ax.plot([r["context"] for r in rows], [r["tok_s"] for r in rows], "o-",
+                label="decode, batch 1 (measured)")
+        if rows[0]["floor_tok_s"]:
+            ax.plot([r["context"] for r in rows], [r["floor_tok_s"] for r in rows],
+                    "k--", label="bandwidth floor (weights + KV)")
+        ax.set_xscale("log")
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"decode vs context, {where}")
+        ax.legend(frameon=False, fontsize=8)
+        fig.savefig(plots / "decode_context.png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+    if data.get("step_cost"):
+        rows = data["step_cost"]
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        ax.plot([r["tokens"] for r in rows], [r["ratio_to_one"] for r in rows], "o-")
+        ax.set_xlabel("tokens in one pass (after the cached context)")
+        ax.set_ylabel("time / time of 1 token")
+        ax.set_title(f"cost of a verify pass, {where}")
+        fig.savefig(plots / "step_cost.png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+    if data.get("copy_bandwidth"):
+        rows = data["copy_bandwidth"]
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        ax.plot([r["bytes"] for r in rows], [r["Bps"] / 1e9 for r in rows], "o-")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("buffer (bytes)")
+        ax.set_ylabel("GB/s (read + write)")
+        ax.set_title(f"copy bandwidth, {where}")
+        fig.savefig(plots / "copy_bandwidth.png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+
+
+def plot_bench(records: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [f"{r['model']}\n{r['dtype']}" for r in records]
+    peers = sorted({p for r in records for p in r["tok_s"]})
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    width = 0.8 / (len(peers) + 1)
+    for i, peer in enumerate(peers):
+        ax.bar([x + i * width for x in range(len(records))],
+               [statistics.median(r["tok_s"].get(peer, [math.nan])) for r in records],
+               width, label=peer)
+    ax.bar([x + len(peers) * width for x in range(len(records))],
+           [statistics.median(r["rooflines_tok_s"]) for r in records], width,
+           label="bandwidth roofline", color="lightgrey")
+    ax.set_xticks([x + width * len(peers) / 2 for x in range(len(records))], labels,
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("tokens/s, batch 1")
+    ax.set_title(f"greedy decode, {records[0]['device']}")
+    ax.legend(frameon=False, fontsize=8)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def run_worker(plan: Plan, name: str) -> int:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    data = worker_env(plan) if name == "env" else worker_measure(plan)
+    (plan.out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str)
+                                           + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------------ the summary
+def write_summary(plan: Plan, results: dict[str, StepResult], started: str,
+                  seconds: float) -> dict:
+    env = {}
+    if (plan.out / "env.json").exists():
+        env = json.loads((plan.out / "env.json").read_text())
+    summary = {
+        "started": started, "seconds": round(seconds, 1), "device": plan.device,
+        "gpu": env.get("gpu", {}).get("name"), "dry_run": plan.dry_run,
+        "torch": env.get("torch"), "git": env.get("git"),
+        "ok": all(results[s].status == "ok" for s in plan.steps if s in results),
+        "steps": {s: asdict(results[s]) for s in plan.steps if s in results},
+        "plan": {"steps": plan.steps, "budgets": plan.budgets,
+                 "total_budget": plan.total_budget, "jobs": plan.jobs,
+                 "notebooks": [Path(n).name for n in plan.notebooks],
+                 "tests": plan.tests},
+    }
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str)
+                                           + "\n")
+    lines = [f"# gpu_check {'dry run ' if plan.dry_run else ''}on {plan.device}"
+             f" ({summary['gpu'] or 'no GPU'})", "",
+             f"started {started} UTC, {seconds:.0f} s, torch {summary['torch']}, "
+             f"commit {(summary['git'] or {}).get('commit')}", "",
+             "| step | status | seconds | budget | note |", "|---|---|---|---|---|"]
+    for name in plan.steps:
+        r = results.get(name)
+        if r:
+            lines.append(f"| {name} | {r.status} | {r.seconds:.0f} | {r.budget:.0f} | "
+                         f"{(r.error or '').replace('|', '/')[:200]} |")
+    for name in plan.steps:
+        r = results.get(name)
+        if r and r.detail:
+            lines += ["", f"## {name}", "", "```",
+                      json.dumps(r.detail, indent=1, default=str)[:6000], "```"]
+    (plan.out / "summary.md").write_text("\n".join(lines) + "\n")
+    return summary
+
+
+def archive(folder: Path, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:  # a step's subprocess: --out is the results folder itself
+        plan = make_plan(args, slug="worker")
+        return run_worker(plan, args.worker)
+    plan = make_plan(args)
+    if plan.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            print("gpu_check: torch sees no CUDA GPU; this is for GPU machines "
+                  "(try --dry-run)", file=sys.stderr)
+            return 2
+    plan.out.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[gpu_check] results: {plan.out}", flush=True)
+    runner = Runner(plan)
+    start = time.perf_counter()
+    makers = {
+        "env": lambda: step_worker(plan, "env"),
+        "measure": lambda: step_worker(plan, "measure"),
+        "bench": lambda: step_bench(plan),
+        "cuda_tests": lambda: step_pytest(plan, "cuda_tests",
+                                          ["-m", "cuda", *plan.tests]),
+        "tests": lambda: step_pytest(plan, "tests", ["-m", "not book", *plan.tests],
+                                     parallel=True),
+        "notebooks": lambda: step_notebooks(plan),
+    }
+    first = [s for s in plan.steps if s in EXCLUSIVE]
+    rest = [s for s in plan.steps if s not in EXCLUSIVE]
+    for name in first:
+        runner.run(name, makers[name]())
+    if plan.jobs > 1 and len(rest) > 1:
+        threads = [threading.Thread(target=runner.run, args=(s, makers[s]()))
+                   for s in rest]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for name in rest:
+            runner.run(name, makers[name]())
+    summary = write_summary(plan, runner.results, started, time.perf_counter() - start)
+    if args.archive:
+        archive(plan.out, args.archive)
+        print(f"[gpu_check] archive: {args.archive}", flush=True)
+    print(f"[gpu_check] {'all steps ok' if summary['ok'] else 'some steps failed'}; "
+          f"{time.perf_counter() - start:.0f} s; results in {plan.out}", flush=True)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
