@@ -109,14 +109,17 @@ class Plan:
     bench: list[list[str]] = field(default_factory=list)  # one argv per bench run
     python: str = sys.executable
 
-    def env(self) -> dict[str, str]:
-        """The environment of every subprocess."""
+    def env(self, side_by_side: bool = False) -> dict[str, str]:
+        """The environment of every subprocess; `side_by_side`: of a check that runs
+        beside others (two CPU threads each, so a dozen processes share the cores)."""
         env = {**os.environ, "LLMCORE_DEVICE": self.device, "PYTHONUNBUFFERED": "1",
                "MPLBACKEND": "Agg", "TOKENIZERS_PARALLELISM": "false"}
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         if self.dry_run:  # a shared CPU: one thread each
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        elif side_by_side and self.jobs > 1:
+            env.update(OMP_NUM_THREADS="2", MKL_NUM_THREADS="2")
         return env
 
 
@@ -356,9 +359,9 @@ def step_pytest(plan: Plan, name: str, args: list[str], parallel: bool = False):
                "addopts=-ra --strict-markers", "-p", "no:nbval", "-p",
                "no:cacheprovider", f"--junitxml={xml}", "-o", "junit_family=xunit1"]
         if parallel and plan.jobs > 1 and _has("xdist"):
-            cmd += ["-n", str(min(8, 2 * plan.jobs))]
+            cmd += ["-n", str(min(6, 2 * plan.jobs))]
         code, _ = run_command(cmd, plan.out / "logs" / f"{name}.log",
-                              deadline - time.monotonic(), plan.env())
+                              deadline - time.monotonic(), plan.env(side_by_side=True))
         result.status, result.error = _status(code)
         result.detail = junit_summary(xml)
         (plan.out / "tests" / f"{name}.json").write_text(
@@ -433,7 +436,8 @@ def step_notebooks(plan: Plan):
             cmd = [plan.python, "scripts/execute_notebooks.py", "--out-dir",
                    str(outdir), "--allow-errors", "--timeout", "600", str(path)]
             code, seconds = run_command(
-                cmd, plan.out / "logs" / f"notebook-{path.stem}.log", left, plan.env())
+                cmd, plan.out / "logs" / f"notebook-{path.stem}.log", left,
+                plan.env(side_by_side=True))
             status, _ = _status(code)
             entry = {"notebook": path.name, "status": status,
                      "seconds": round(seconds, 1)}

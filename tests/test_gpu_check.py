@@ -48,6 +48,11 @@ def test_the_gpu_plan_runs_everything_within_eight_minutes():
     env = plan.env()  # every thread the machine has: only the dry run pins one
     assert env["LLMCORE_DEVICE"] == "cuda"
     assert env.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
+    assert plan.env(side_by_side=True)["OMP_NUM_THREADS"] == "2"  # the checks'
+    from llmcore.hf import config_from_hf
+    from llmcore.profile import parameter_count
+    shape = config_from_hf(dict(gpu_check.MEASURE_SHAPE))  # Qwen2.5-0.5B's
+    assert shape.attention_bias and 490e6 < parameter_count(shape) < 500e6
 
 
 def test_the_dry_run_plan_is_small_and_on_one_cpu_thread():
