@@ -7,8 +7,9 @@
 
 `FastDecoder(model)` is called exactly like the model and returns the same logits up to
 rounding. A one-sequence decode step through a `KVCache` on the CPU runs as one compiled
-graph; any other pass over a few tokens of one sequence on the CPU runs with fused
-products; everything else runs the model's own forward pass. Both fast paths read
+graph, and so does a pass over a few new tokens after the cached ones (speculative
+decoding's verify pass); any other pass over a few tokens of one sequence on the CPU runs
+with fused products; everything else runs the model's own forward pass. Both fast paths read
 the model's parameters at every call, so a changed or replaced weight is used at once.
 """
 from __future__ import annotations
@@ -168,6 +169,32 @@ def decode_graph(model: Transformer, token: torch.Tensor, position: torch.Tensor
     return logits[0], new_keys[:, 0], new_values[:, 0]
 
 
+_COMPILED: dict[tuple, Callable] = {}
+
+
+def compiled(fn: Callable, *key, dynamic: bool | None = False,
+             options: dict | None = None) -> Callable:
+    """torch.compile(fn), made once per key and then reused.
+
+    torch.compile keeps at most 8 compiled versions per code object; a code object of
+    its own for each key keeps many model shapes under that limit.
+    """
+    full_key = (fn.__name__, *key)
+    if full_key not in _COMPILED:
+        code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
+        _COMPILED[full_key] = torch.compile(types.FunctionType(code, fn.__globals__),
+                                            dynamic=dynamic, options=options)
+    return _COMPILED[full_key]
+
+
+def mark_slots_dynamic(*views: torch.Tensor, dim: int = 2) -> None:
+    """Compile dimension `dim` (the number of slots, by default) as a symbol: one graph
+    for all its sizes."""
+    for view in views:  # torch.compiler has no public alias for this documented call
+        torch._dynamo.mark_dynamic(view, dim)
+
+
+# %% chapters/B_fast_decode.ipynb § Verifying guesses: many rows, one graph
 def linear_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
     """`block_forward`'s products inside the verify graph: one matrix product per layer,
     which reads each weight once for all the rows of x."""
@@ -212,37 +239,15 @@ def verify_graph(model: Transformer, ids: torch.Tensor, start: torch.Tensor,
     return logits, new_keys.transpose(1, 2), new_values.transpose(1, 2)
 
 
-_COMPILED: dict[tuple, Callable] = {}
-
-
-def compiled(fn: Callable, *key, dynamic: bool | None = False,
-             options: dict | None = None) -> Callable:
-    """torch.compile(fn), made once per key and then reused.
-
-    torch.compile keeps at most 8 compiled versions per code object; a code object of
-    its own for each key keeps many model shapes under that limit.
-    """
-    full_key = (fn.__name__, *key)
-    if full_key not in _COMPILED:
-        code = fn.__code__.replace(co_name=f"{fn.__name__}_{abs(hash(key))}")
-        _COMPILED[full_key] = torch.compile(types.FunctionType(code, fn.__globals__),
-                                            dynamic=dynamic, options=options)
-    return _COMPILED[full_key]
-
-
-def mark_slots_dynamic(*views: torch.Tensor, dim: int = 2) -> None:
-    """Compile the number of slots (dimension 2) as a symbol: one graph, all lengths."""
-    for view in views:  # torch.compiler has no public alias for this documented call
-        torch._dynamo.mark_dynamic(view, dim)
-
-
 # %% chapters/B_fast_decode.ipynb § `FastDecoder`: one wrapper, three paths
 class FastDecoder(nn.Module):
     """An llmcore Transformer with fast CPU paths for decoding, called exactly like it.
 
     One-sequence decode steps through a KVCache on the CPU run as one compiled graph
-    (`decode_graph`); other passes over at most `max_rows` tokens of one sequence on the
-    CPU run `model_forward` with fused products (`FusedProducts`); everything
+    (`decode_graph`), and so do passes over a few new tokens after at least two cached
+    ones (`verify_graph`: speculative decoding's verify pass); other passes over at most
+    `max_rows` tokens of one sequence on the CPU run `model_forward` with fused products
+    (`FusedProducts`); everything
     else (other devices, batches, paged caches, masks, hidden states, autograd) runs the
     model's own forward pass. The model is held, never changed: same parameters, same
     state_dict. compile=False, or a compile that fails, sets `compile_steps` to False:
@@ -387,6 +392,6 @@ class FastDecoder(nn.Module):
 
 
 __all__ = ['rms_norm', 'block_forward', 'model_forward', 'FusedProducts', 'matvec',
-           'streamed_products', 'attend_slots', 'decode_graph', 'linear_products',
-           'attend_rows', 'verify_graph', 'compiled', 'mark_slots_dynamic',
+           'streamed_products', 'attend_slots', 'decode_graph', 'compiled',
+           'mark_slots_dynamic', 'linear_products', 'attend_rows', 'verify_graph',
            'FastDecoder']
