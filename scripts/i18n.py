@@ -318,6 +318,8 @@ def write_zh_source(dst: Path) -> Path:
     conf["extensions"] = [*conf["extensions"], "zh_slugs"]  # book/_ext, on the path
     conf["nb_code_prompt_show"] = "显示代码"  # the book hides inputs only (hide-input)
     conf["nb_code_prompt_hide"] = "隐藏代码"
+    conf["togglebutton_hint"] = "点击显示"  # the collapsed solutions
+    conf["togglebutton_hint_hide"] = "点击隐藏"
     (dst / "_config.yml").write_text(
         "# Written by scripts/i18n.py from the English _config.yml; do not edit.\n"
         + yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False), encoding="utf-8")
