@@ -152,6 +152,8 @@ class JsonConstraint:
             # key None: the tokens that end here
             node.setdefault(None, []).append(token)
         self._allowed: dict[tuple, torch.Tensor] = {}
+        # (state, logits' width, device) -> the mask mask_logits applies, made once
+        self._masks: dict[tuple, torch.Tensor] = {}
 
     def allowed(self, state: tuple) -> torch.Tensor:
         """Boolean mask (vocab_size,) of the tokens that may follow `state`."""
@@ -182,11 +184,15 @@ class JsonConstraint:
     def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:
         """`logits` (vocab,) with every token that cannot follow `state` set to -inf
         (ids beyond the tokenizer's vocabulary included)."""
-        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
-        mask = self.allowed(state)
-        n = min(len(mask), len(allowed))
-        allowed[:n] = mask[:n]
-        return logits.float().masked_fill(~allowed.to(logits.device), -math.inf)
+        key = (state, logits.shape[-1], logits.device)
+        banned = self._masks.get(key)
+        if banned is None:  # once per state and device: no copy to a GPU at every step
+            allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            mask = self.allowed(state)
+            n = min(len(mask), len(allowed))
+            allowed[:n] = mask[:n]
+            banned = self._masks[key] = (~allowed).to(logits.device)
+        return logits.float().masked_fill(banned, -math.inf)
 
 
 __all__ = ['OBJECT_START', 'VALUE_START', 'json_step', 'json_state', 'is_complete',

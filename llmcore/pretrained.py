@@ -158,6 +158,7 @@ def train(
     loss curve as "heldout".
     """
     seed_everything(recipe.seed)
+    device = torch.device(device)  # "cpu", "cuda" or a torch.device
     model = Transformer(cfg).to(device)
     init_weights(model)
     # matrices decay; norms do not

@@ -82,3 +82,21 @@ def test_sampled_outputs_always_parse_when_finished(tokenizer):
         else:
             assert finish == "length" and json_state(text.encode(), OBJECT_START) is not None
     assert finished > 0
+
+
+def test_mask_logits_makes_each_states_mask_once_per_device():
+    """The mask for a state is built (and moved to the logits' device) once, not at
+    every step: on a GPU a fresh mask would be a host-to-device copy per token."""
+    from llmcore.constrained import OBJECT_START, JsonConstraint
+    from llmcore.pretrained import load
+
+    tok = load("tiny")[1]
+    c = JsonConstraint(tok)
+    logits = torch.zeros(tok.vocab_size + 3)  # a model's padded vocabulary: extra ids
+    first = c.mask_logits(logits, OBJECT_START)
+    again = c.mask_logits(logits, OBJECT_START)
+    assert torch.equal(first, again) and len(c._masks) == 1
+    assert torch.isinf(first[tok.vocab_size:]).all()  # ids beyond the tokenizer: banned
+    assert not torch.isinf(first[tok.encode("{")[0]])  # an object may start
+    c.mask_logits(torch.zeros(tok.vocab_size), OBJECT_START)  # another width: its own
+    assert len(c._masks) == 2

@@ -193,3 +193,21 @@ def test_learning_rate_warms_up_decays_and_stays_at_the_floor():
     assert all(a >= b for a, b in zip(decay, decay[1:]))  # never rises after the warm-up
     assert lr_at(100, r) == pytest.approx(1e-4)
     assert [lr_at(s, r) for s in (101, 150, 10_000)] == [pytest.approx(1e-4)] * 3
+
+
+def test_train_takes_a_device_name_or_a_device():
+    """`train(..., device="cpu")` as well as torch.device("cpu") (it used to need the
+    latter: it read `device.type`)."""
+    from llmcore.model import ModelConfig
+    from llmcore.pretrained import Recipe, train
+
+    cfg = ModelConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                      hidden_dim=48, max_position_embeddings=64)
+    ids = torch.randint(0, 64, (400,), generator=torch.Generator().manual_seed(0))
+    curves = []
+    for device in ("cpu", torch.device("cpu")):
+        model, curve, _ = train(cfg, Recipe(steps=3, batch=2, seq_len=16, warmup=1), ids,
+                                device, log=lambda *a, **k: None)
+        assert model.device.type == "cpu" and len(curve) >= 1
+        curves.append([p["loss"] for p in curve])
+    assert curves[0] == curves[1]  # seeded: the same run either way
