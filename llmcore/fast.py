@@ -8,9 +8,9 @@
 `FastDecoder(model)` is called exactly like the model and returns the same logits up to
 rounding. A one-sequence decode step through a `KVCache` on the CPU runs as one compiled
 graph, and so does a pass over a few new tokens after the cached ones (speculative
-decoding's verify pass); any other pass over a few tokens of one sequence on the CPU runs
-with fused products; everything else runs the model's own forward pass. Both fast paths read
-the model's parameters at every call, so a changed or replaced weight is used at once.
+decoding's verify pass); any other pass over a few tokens of one sequence on the CPU
+runs with fused products; everything else runs the model's own forward pass. The fast
+paths read the model's parameters at every call, so a changed weight is used at once.
 """
 from __future__ import annotations
 
@@ -203,24 +203,24 @@ def linear_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
 
 def attend_rows(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """n consecutive query tokens' attention over the earlier slots keys, values
-    (n_kv, slots, hd) and over their own k, v (n, n_kv, hd), causally among
-    themselves, in float32. q: (n, n_heads, hd). Returns (n, n_heads * hd)."""
-    n, n_kv, hd = k.shape
-    q = q.view(n, n_kv, -1, hd).transpose(0, 1).float()        # (n_kv, n, group, hd)
+    """The attention of the last nq of m consecutive new tokens (q: (nq, n_heads, hd))
+    over the earlier slots keys, values (n_kv, slots, hd) and, causally, over the new
+    tokens' own k, v (m, n_kv, hd), in float32. Returns (nq, n_heads * hd)."""
+    nq, m, n_kv, hd = q.shape[0], k.shape[0], k.shape[1], k.shape[2]
+    q = q.view(nq, n_kv, -1, hd).transpose(0, 1).float()       # (n_kv, nq, group, hd)
     group = q.shape[2]
-    q = q.reshape(n_kv, n * group, hd)
-    own_k, own_v = k.transpose(0, 1).float(), v.transpose(0, 1).float()  # (n_kv, n, hd)
-    earlier = q @ keys.float().transpose(1, 2)                # (n_kv, n * group, slots)
-    itself = (q @ own_k.transpose(1, 2)).view(n_kv, n, group, n)
-    row = torch.arange(n, device=k.device)
-    later = (row[None, :] > row[:, None])[None, :, None, :]   # token j after query i
-    itself = itself.masked_fill(later, float("-inf")).view(n_kv, n * group, n)
+    q = q.reshape(n_kv, nq * group, hd)
+    own_k, own_v = k.transpose(0, 1).float(), v.transpose(0, 1).float()  # (n_kv, m, hd)
+    earlier = q @ keys.float().transpose(1, 2)              # (n_kv, nq * group, slots)
+    itself = (q @ own_k.transpose(1, 2)).view(n_kv, nq, group, m)
+    row = torch.arange(m - nq, m, device=k.device)  # the queries' indices among the m
+    later = (torch.arange(m, device=k.device)[None, :] > row[:, None])[None, :, None, :]
+    itself = itself.masked_fill(later, float("-inf")).view(n_kv, nq * group, m)
     weights = (torch.cat([earlier, itself], dim=-1) * hd ** -0.5).softmax(dim=-1)
     slots = keys.shape[1]
     out = (weights[..., :slots] @ values.float()
-           + weights[..., slots:] @ own_v)                     # (n_kv, n * group, hd)
-    return out.view(n_kv, n, group, hd).transpose(0, 1).reshape(n, -1).to(keys.dtype)
+           + weights[..., slots:] @ own_v)                     # (n_kv, nq * group, hd)
+    return out.view(n_kv, nq, group, hd).transpose(0, 1).reshape(nq, -1).to(keys.dtype)
 
 
 def verify_graph(model: Transformer, ids: torch.Tensor, start: torch.Tensor,
@@ -237,6 +237,36 @@ def verify_graph(model: Transformer, ids: torch.Tensor, start: torch.Tensor,
         model, ids, positions, linear_products,
         lambda i, q, k, v: attend_rows(keys[i], values[i], q, k, v))
     return logits, new_keys.transpose(1, 2), new_values.transpose(1, 2)
+
+
+def draft_graph(model: Transformer, ids: torch.Tensor, start: torch.Tensor,
+                keys: torch.Tensor, values: torch.Tensor, k: int):
+    """A draft model's k greedy guesses in one compiled call: a pass over the tokens ids
+    (n,) it has not seen yet, from position `start`, then k - 1 one-token steps, each
+    fed the previous argmax. keys and values: the cache's earlier slots, as for
+    `verify_graph`. Returns the guesses (k,) and the keys and values of the n + k - 1
+    tokens it ran, (n_layers, n_kv_heads, n + k - 1, head_dim) each. On a small model
+    a step is mostly the fixed cost of a call; k steps in one call pay it once."""
+    own_k: list = [None] * len(model.blocks)
+    own_v: list = [None] * len(model.blocks)
+
+    def attend(i, q, k_new, v_new):
+        if own_k[i] is not None:
+            k_new, v_new = torch.cat([own_k[i], k_new]), torch.cat([own_v[i], v_new])
+        own_k[i], own_v[i] = k_new, v_new
+        return attend_rows(keys[i], values[i], q, k_new, v_new)
+
+    guesses, tokens, position = [], ids, start + torch.arange(ids.shape[0],
+                                                                  device=ids.device)
+    for _ in range(k):
+        logits, _, _ = model_forward(model, tokens, position, linear_products, attend)
+        guess = logits[-1].argmax()
+        guesses.append(guess)
+        tokens, position = guess.view(1), position[-1:] + 1
+    # ids and the first k - 1 guesses ran (the last guess did not): n + k - 1 tokens
+    new_keys = torch.stack(own_k).transpose(1, 2)   # (n_layers, n_kv, n + k - 1, hd)
+    new_values = torch.stack(own_v).transpose(1, 2)
+    return torch.stack(guesses), new_keys, new_values
 
 
 # %% chapters/B_fast_decode.ipynb § `FastDecoder`: one wrapper, three paths
@@ -359,6 +389,42 @@ class FastDecoder(nn.Module):
         kv_cache.k[:, 0, :, pos], kv_cache.v[:, 0, :, pos] = new_keys, new_values
         return logits
 
+    def greedy_guesses(self, ids: torch.Tensor, start: int, kv_cache: KVCache,
+                       k: int) -> list[int] | None:
+        """k greedy guesses after the tokens ids (n,), which go in the cache from
+        position `start` (n >= 1), all in one compiled call (`draft_graph`); the cache
+        then holds them and the first k - 1 guesses. None where it does not apply (the
+        caller then takes k ordinary steps): k = 1 (one step is one call anyway), not
+        on the CPU, compiling off, a batch, a sliding window it would reach, fewer than
+        2 cached slots."""
+        n, window = ids.shape[0], self.cfg.sliding_window
+        if (not self.compile_steps or self.device.type != "cpu" or k < 2
+                or type(kv_cache) is not KVCache or kv_cache.batch_size != 1
+                or start < 2 or (window is not None and start + n + k > window)
+                or not (0 <= int(ids.min()) and int(ids.max()) < self.cfg.vocab_size)):
+            return None
+        end = start + n + k - 1  # positions start .. end - 1 get written
+        kv_cache.check_positions(start, end - 1)
+        keys, values = kv_cache.k[:, 0, :, :start], kv_cache.v[:, 0, :, :start]
+        ids = ids.clone()
+        mark_slots_dynamic(keys, values)
+        try:
+            guess = compiled(draft_graph, repr(self.cfg), self.dtype, k, dynamic=None,
+                             options={"size_asserts": False})
+            with torch.inference_mode():
+                guesses, new_keys, new_values = guess(
+                    self.model, ids, torch.tensor(start), keys, values, k)
+        except Exception as err:  # torch.compile's errors have many types
+            self.compile_steps = False
+            warnings.warn("compiled passes are off for this FastDecoder "
+                          f"({type(err).__name__}: {err}); they take the uncompiled "
+                          "path", RuntimeWarning, stacklevel=3)
+            return None
+        kv_cache.begin_forward(torch.arange(start, end)[None])  # the cache contract
+        kv_cache.k[:, 0, :, start:end] = new_keys
+        kv_cache.v[:, 0, :, start:end] = new_values
+        return guesses.tolist()
+
     def _compiled_verify(self, ids: torch.Tensor, positions: torch.Tensor,
                          kv_cache: KVCache):
         """A pass over n > 1 consecutive new tokens after the cached ones (speculative
@@ -371,7 +437,7 @@ class FastDecoder(nn.Module):
             return None  # other shapes take the ordinary paths (and their errors)
         kv_cache.check_positions(pos, pos + n - 1)
         keys, values = kv_cache.k[:, 0, :, :pos], kv_cache.v[:, 0, :, :pos]
-        ids = ids.clone()  # a fresh tensor: the rows are marked dynamic, not the caller's
+        ids = ids.clone()  # a fresh tensor: its rows are marked dynamic, not the input
         mark_slots_dynamic(keys, values)
         mark_slots_dynamic(ids, dim=0)
         try:
@@ -394,4 +460,4 @@ class FastDecoder(nn.Module):
 __all__ = ['rms_norm', 'block_forward', 'model_forward', 'FusedProducts', 'matvec',
            'streamed_products', 'attend_slots', 'decode_graph', 'compiled',
            'mark_slots_dynamic', 'linear_products', 'attend_rows', 'verify_graph',
-           'FastDecoder']
+           'draft_graph', 'FastDecoder']

@@ -220,8 +220,18 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
     def guess_with_model(first: int) -> tuple[list[int], torch.Tensor | None]:
         """k draft steps, after catching up on what the draft has not seen: the
         guesses and (sampling) the distributions q they were drawn from."""
+        unseen = tokens[in_cache[draft]:]
+        if (params.greedy and not params.logit_bias and hasattr(draft, "greedy_guesses")
+                and not any(reply.banned_ids(first + i) for i in range(k))):
+            # A draft that makes its k greedy guesses in one call (appendix B's
+            # FastDecoder): the same guesses, one call's fixed cost instead of k.
+            guesses = draft.greedy_guesses(torch.tensor(unseen, device=device),
+                                           in_cache[draft], caches[draft], k)
+            if guesses is not None:
+                in_cache[draft] += len(unseen) + k - 1
+                return guesses, None
         guesses, dists = [], []
-        logits = feed(draft, tokens[in_cache[draft]:])[-1:]
+        logits = feed(draft, unseen)[-1:]
         for i in range(k):
             logits = ban(logits, first + i)
             if params.greedy:

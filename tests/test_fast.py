@@ -266,8 +266,40 @@ def test_verify_passes_give_speculative_decoding_the_same_tokens():
     params = SamplingParams(temperature=0.0, max_tokens=24)
     want = greedy_generate_uncached(target, torch.tensor([prompt]), 24)[0]
     for guesser in (FastDecoder(draft), PromptLookup()):
-        for k in (1, 3, 6):
+        for k in (1, 4):
             result, stats = speculative_generate(FastDecoder(target), guesser, None,
                                                  prompt, params, k=k)
             assert result.token_ids == want.tolist(), (guesser, k)
             assert stats.proposed > 0  # passes over guesses + 1 tokens: the verify graph
+
+
+def test_greedy_guesses_in_one_call_match_k_steps(monkeypatch):
+    """A draft's k greedy guesses in one compiled call (draft_graph): the guesses and the
+    cache contents of k ordinary steps, and the model itself never called."""
+    model = _model(qk_norm=True, head_dim=32)
+    fast_model = FastDecoder(model)
+    ids = _prompt(length=30, seed=5)
+    calls = _count_model_calls(monkeypatch)
+    with torch.inference_mode():
+        for start, n, k in ((9, 1, 4), (12, 2, 4), (20, 3, 4)):  # one graph per k
+            caches = [_cache(model.cfg, 40) for _ in range(2)]
+            for cache in caches:
+                model(ids[:, :start], positions=torch.arange(start), kv_cache=cache)
+            calls.clear()
+            got = fast_model.greedy_guesses(ids[0, start:start + n], start, caches[1], k)
+            assert calls == []
+            logits = model(ids[:, start:start + n], torch.arange(start, start + n),
+                           caches[0])[0, -1]
+            want = [int(logits.argmax())]
+            for p in range(start + n, start + n + k - 1):
+                logits = model(torch.tensor([[want[-1]]]), torch.tensor([p]), caches[0])
+                want.append(int(logits[0, -1].argmax()))
+            assert got == want, (start, n, k)
+            end = start + n + k - 1
+            torch.testing.assert_close(caches[1].k[..., :end, :], caches[0].k[..., :end, :],
+                                       atol=1e-5, rtol=0)
+    # where it does not apply it says so, and the caller takes ordinary steps
+    assert fast_model.greedy_guesses(ids[0, :2], 1, _cache(model.cfg, 40), 4) is None
+    assert fast_model.greedy_guesses(ids[0, 9:10], 9, _cache(model.cfg, 40), 1) is None
+    assert FastDecoder(model, compile=False).greedy_guesses(
+        ids[0, 9:10], 9, _cache(model.cfg, 40), 4) is None
