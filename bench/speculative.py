@@ -106,6 +106,18 @@ def hf_models(dtype: torch.dtype):
     return target, draft
 
 
+def median_seconds(call, reps: int, warmup: int = 3) -> float:
+    """Median wall-clock seconds of call() over `reps` calls, after `warmup` ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def verify_costs(model, context: int = 256, reps: int = 15) -> dict[int, float]:
     """Median seconds of one FastDecoder pass over n = 1..9 new tokens after
     `context` cached ones."""
@@ -118,17 +130,10 @@ def verify_costs(model, context: int = 256, reps: int = 15) -> dict[int, float]:
     with torch.inference_mode():
         fast(ids[:, :context], positions=torch.arange(context), kv_cache=cache)
         for n in range(1, 10):
-            call = (lambda n=n: fast(ids[:, context:context + n],
-                                     positions=torch.arange(context, context + n),
-                                     kv_cache=cache))
-            for _ in range(3):
-                call()
-            times = []
-            for _ in range(reps):
-                start = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - start)
-            out[n] = statistics.median(times)
+            out[n] = median_seconds(
+                lambda n=n: fast(ids[:, context:context + n],
+                                 positions=torch.arange(context, context + n),
+                                 kv_cache=cache), reps)
     return out
 
 
@@ -149,14 +154,7 @@ def guesses_cost(model, k: int, context: int = 256, reps: int = 15) -> float:
             return fast(ids[:, context:], positions=torch.tensor([context]),
                         kv_cache=cache)
 
-        for _ in range(3):
-            call()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return median_seconds(call, reps)
 
 
 def main(argv: list[str] | None = None) -> int:

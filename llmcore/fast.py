@@ -354,6 +354,21 @@ class FastDecoder(nn.Module):
 
         return model_forward(self.model, ids, positions, self.products, attend)[0]
 
+    def _run_compiled(self, what: str, fn: Callable, key: tuple, options: dict,
+                      *args, stacklevel: int = 5):
+        """`fn` compiled (once per config, dtype and `key`) and called on `args`. If
+        compiling or running it fails: None, with a warning, and this instance's
+        compiled paths turned off (the callers then take the uncompiled path)."""
+        try:
+            return compiled(fn, repr(self.cfg), self.dtype, *key, dynamic=None,
+                            options=options)(*args)
+        except Exception as err:  # torch.compile's errors have many types
+            self.compile_steps = False
+            warnings.warn(f"{what} are off for this FastDecoder ({type(err).__name__}: "
+                          f"{err}); they take the uncompiled path", RuntimeWarning,
+                          stacklevel=stacklevel)
+            return None
+
     def _compiled_step(self, token: torch.Tensor, positions: torch.Tensor,
                        kv_cache: KVCache):
         pos, window = int(positions), self.cfg.sliding_window
@@ -367,23 +382,18 @@ class FastDecoder(nn.Module):
         keys, values = kv_cache.k[:, 0, :, start:pos], kv_cache.v[:, 0, :, start:pos]
         if kv_cache not in self._stepped:  # marking is slow; once per cache is enough
             mark_slots_dynamic(keys, values)
-        try:
-            # realize_reads_threshold=1: store each normalized vector once instead of
-            # recomputing it for every weight row that reads it. size_asserts=False: the
-            # guards already check every input. dynamic=None: if a new kind of cache
-            # forces a recompile, sizes that changed stay symbols.
-            step = compiled(decode_graph, repr(self.cfg), self.dtype, dynamic=None,
-                            options={"realize_reads_threshold": 1,
-                                     "size_asserts": False})
-            # Fresh 0-d tensors: the same kind of input at every call: no recompiles.
-            logits, new_keys, new_values = step(self.model, torch.tensor(int(token)),
-                                                torch.tensor(pos), keys, values)
-        except Exception as err:  # torch.compile's errors have many types
-            self.compile_steps = False
-            warnings.warn("compiled decode steps are off for this FastDecoder "
-                          f"({type(err).__name__}: {err}); decode steps take the "
-                          "uncompiled path", RuntimeWarning, stacklevel=4)
+        # realize_reads_threshold=1: store each normalized vector once instead of
+        # recomputing it for every weight row that reads it. size_asserts=False: the
+        # guards already check every input. dynamic=None: if a new kind of cache
+        # forces a recompile, sizes that changed stay symbols.
+        # Fresh 0-d tensors: the same kind of input at every call: no recompiles.
+        out = self._run_compiled(
+            "compiled decode steps", decode_graph, (),
+            {"realize_reads_threshold": 1, "size_asserts": False},
+            self.model, torch.tensor(int(token)), torch.tensor(pos), keys, values)
+        if out is None:
             return None
+        logits, new_keys, new_values = out
         self._stepped[kv_cache] = True
         kv_cache.begin_forward(positions[None])  # the cache contract
         kv_cache.k[:, 0, :, pos], kv_cache.v[:, 0, :, pos] = new_keys, new_values
@@ -408,18 +418,14 @@ class FastDecoder(nn.Module):
         keys, values = kv_cache.k[:, 0, :, :start], kv_cache.v[:, 0, :, :start]
         ids = ids.clone()
         mark_slots_dynamic(keys, values)
-        try:
-            guess = compiled(draft_graph, repr(self.cfg), self.dtype, k, dynamic=None,
-                             options={"size_asserts": False})
-            with torch.inference_mode():
-                guesses, new_keys, new_values = guess(
-                    self.model, ids, torch.tensor(start), keys, values, k)
-        except Exception as err:  # torch.compile's errors have many types
-            self.compile_steps = False
-            warnings.warn("compiled passes are off for this FastDecoder "
-                          f"({type(err).__name__}: {err}); they take the uncompiled "
-                          "path", RuntimeWarning, stacklevel=3)
+        with torch.inference_mode():
+            out = self._run_compiled("compiled passes", draft_graph, (k,),
+                                     {"size_asserts": False}, self.model, ids,
+                                     torch.tensor(start), keys, values, k,
+                                     stacklevel=4)
+        if out is None:
             return None
+        guesses, new_keys, new_values = out
         kv_cache.begin_forward(torch.arange(start, end)[None])  # the cache contract
         kv_cache.k[:, 0, :, start:end] = new_keys
         kv_cache.v[:, 0, :, start:end] = new_values
@@ -440,17 +446,12 @@ class FastDecoder(nn.Module):
         ids = ids.clone()  # a fresh tensor: its rows are marked dynamic, not the input
         mark_slots_dynamic(keys, values)
         mark_slots_dynamic(ids, dim=0)
-        try:
-            verify = compiled(verify_graph, repr(self.cfg), self.dtype, dynamic=None,
-                              options={"size_asserts": False})
-            logits, new_keys, new_values = verify(self.model, ids, torch.tensor(pos),
-                                                  keys, values)
-        except Exception as err:  # torch.compile's errors have many types
-            self.compile_steps = False
-            warnings.warn("compiled passes are off for this FastDecoder "
-                          f"({type(err).__name__}: {err}); they take the uncompiled "
-                          "path", RuntimeWarning, stacklevel=4)
+        out = self._run_compiled("compiled passes", verify_graph, (),
+                                 {"size_asserts": False}, self.model, ids,
+                                 torch.tensor(pos), keys, values)
+        if out is None:
             return None
+        logits, new_keys, new_values = out
         kv_cache.begin_forward(positions[None])  # the cache contract
         kv_cache.k[:, 0, :, pos:pos + n] = new_keys
         kv_cache.v[:, 0, :, pos:pos + n] = new_values
