@@ -1,6 +1,7 @@
 """Shared pytest configuration: the `cuda` marker skips tests when no CUDA GPU is present."""
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,3 +20,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Stop a server the tests started: SIGTERM, then SIGKILL if it has not exited
+    within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import stop_process
 from llmcore.constrained import OBJECT_START, JsonConstraint, json_state
 from llmcore.device import DEVICE_ENV, DTYPE_ENV, default_dtype, pick_device
 from llmcore.engine import Engine, Request
@@ -403,12 +404,7 @@ def test_server_with_device_cuda_serves_what_generate_gives(tokenizer, tiny_cuda
                                            stream=True)
         assert "".join(c.choices[0].text for c in chunks if c.choices)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
         if proc.returncode not in (0, -15):
             log.seek(0)
             print(log.read().decode(errors="replace")[-4000:])

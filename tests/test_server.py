@@ -30,6 +30,7 @@ import openai
 import pytest
 import torch
 
+from conftest import stop_process
 from llmcore.api import Limits
 from llmcore.chat import load_chat_template
 from llmcore.constrained import JsonConstraint
@@ -105,12 +106,7 @@ def url():
             time.sleep(0.2)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc)
         log.close()
 
 
