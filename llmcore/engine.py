@@ -6,12 +6,22 @@
 """Serving many requests with one model: a continuous-batching engine over the paged KV
 cache.
 
-`Engine.step()` admits waiting requests (each gets a prefill pass and its first token),
-then runs ONE forward pass that decodes the next token of every running request,
-whatever their lengths, and retires the ones that finished, so that their batch slot and
-KV blocks go to the next waiting request at once. `static=True` makes the same engine
-refill only when the whole batch has finished (static batching), and max_batch=1 serves
-one request at a time, so the three policies can be compared on the same code.
+`Engine.step()` plans one step: every running request that is decoding computes one
+token, and prompts still to be prefilled get what is left of the step's token budget
+(chunked prefill), oldest first. Waiting requests are admitted while a batch slot, the
+budget and KV blocks allow. The step then runs one batched forward pass over every
+one-token row and one pass per prompt chunk, samples a token for each request whose
+tokens are all computed, and retires the ones that finished, so that their batch slot
+and KV blocks go to the next waiting request at once. `static=True` makes the same
+engine refill only when the whole batch has finished (static batching), and max_batch=1
+serves one request at a time, so the policies can be compared on the same code.
+
+Admission is "reserve" (the blocks for prompt + max_tokens must be free, so a running
+request never runs out) or "optimistic" (the blocks for what is computed now; when the
+pool runs out, the most recently admitted request is preempted: its blocks are freed and
+it is recomputed later from its prompt and the tokens it already has). With
+`prefix_caching=True`, full blocks of prompt tokens are shared between requests that
+start the same way (chapter 6's PrefixCachingKVCache) and their prefill is skipped.
 
 Each request keeps chapter 8's `Reply`: it masks the request's row of logits (stop ids
 before min_tokens, a JSON constraint), takes each new token, and decides when the
@@ -25,6 +35,8 @@ while the other requests of the step go on.
 """
 from __future__ import annotations
 
+import math
+import random
 import time
 from collections import deque
 from collections.abc import Hashable, Sequence
@@ -34,7 +46,7 @@ import torch
 
 from llmcore.constrained import JsonConstraint
 from llmcore.generate import Reply, default_eos_ids
-from llmcore.paged import PagedKVCache
+from llmcore.paged import PagedKVCache, PoolExhaustedError, PrefixCachingKVCache
 from llmcore.sampling import Sampler, SamplingParams, make_generator
 from llmcore.tokenizer import Tokenizer
 
@@ -65,7 +77,7 @@ class TokenLogprob:
 @dataclass
 class Completion:
     """A finished request: its tokens and text, why it stopped (as generate() says it),
-    and its timeline (seconds since the engine started)."""
+    and its timeline (seconds on the engine's clock, `Engine.now()`)."""
     request_id: Hashable
     prompt_ids: list[int]
     output_ids: list[int]
@@ -78,6 +90,9 @@ class Completion:
     logprobs: list[TokenLogprob] | None = None         # one per output token
     prompt_logprobs: list[TokenLogprob | None] | None = None  # None for the first
     error: str | None = None          # why a request with finish_reason "error" failed
+    token_times: list[float] = field(default_factory=list)  # when each token came
+    cached_tokens: int = 0            # prompt tokens found in the prefix cache
+    preemptions: int = 0              # times it was preempted and recomputed
 
     @property
     def ttft(self) -> float:
@@ -89,14 +104,44 @@ class Completion:
         """Time per output token after the first."""
         return (self.finished - self.first_token) / max(1, len(self.output_ids) - 1)
 
+    @property
+    def e2e(self) -> float:
+        """End-to-end latency: from submission to the last token."""
+        return self.finished - self.submitted
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: the gap before each output token after the first."""
+        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+
 
 @dataclass
-class _Running:
+class _State:
+    """A request inside the engine, waiting or running. `computed` counts the tokens of
+    prompt + output whose keys and values are in the cache: a request decodes when only
+    its last token is left, and prefills (or recomputes, after a preemption) before."""
     request: Request
     reply: Reply
     generator: torch.Generator | None
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    computed: int = 0
+    cached_tokens: int = 0
+    preemptions: int = 0
+
+    @property
+    def length(self) -> int:
+        """Tokens the model must have seen before the next one: prompt + output."""
+        return len(self.request.prompt_ids) + len(self.reply.token_ids)
+
+    def tokens(self, start: int, stop: int) -> list[int]:
+        """Tokens start .. stop - 1 of prompt + output."""
+        prompt, p = self.request.prompt_ids, len(self.request.prompt_ids)
+        if stop <= p:
+            return prompt[start:stop]
+        if start >= p:
+            return self.reply.token_ids[start - p:stop - p]
+        return prompt[start:] + self.reply.token_ids[:stop - p]
 
 
 def _logprobs(logits: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
@@ -111,49 +156,66 @@ def _logprobs(logits: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogp
 
 class Engine:
     """Continuous batching: up to `max_batch` requests decode together, one token each
-    per step.
+    per step, while prompts are prefilled in the same steps.
 
-    KV memory comes from a PagedKVCache of `num_blocks` blocks of `block_size` tokens. A
-    request is admitted only when the pool can hold its prompt plus max_tokens, so a
-    running request never runs out of blocks (vLLM admits more optimistically and
-    preempts when it must). tokenizer: gives completions their text and allows stop
-    strings and JSON constraints. eos_token_ids: stop ids for every request (default:
-    the tokenizer's EOS ids; none without a tokenizer).
+    KV memory comes from a pool of `num_blocks` blocks of `block_size` tokens.
+    token_budget: the most tokens one step computes; each decoding request takes one,
+    and prompt chunks take the rest (None: every admitted prompt is prefilled whole in
+    its first step). admission: "reserve" or "optimistic" (see the module docstring).
+    prefix_caching: share full blocks of prompt tokens between requests. tokenizer:
+    gives completions their text and allows stop strings and JSON constraints.
+    eos_token_ids: stop ids for every request (default: the tokenizer's EOS ids; none
+    without a tokenizer).
     """
 
     def __init__(self, model, num_blocks: int, block_size: int = 16, max_batch: int = 8,
                  static: bool = False, seed: int | None = None,
                  tokenizer: Tokenizer | None = None,
-                 eos_token_ids: Sequence[int] | None = None):
+                 eos_token_ids: Sequence[int] | None = None, *,
+                 token_budget: int | None = None, admission: str = "reserve",
+                 prefix_caching: bool = False):
         if max_batch < 1 or num_blocks < 1:
             raise ValueError("need max_batch >= 1 and num_blocks >= 1, "
                              f"got {max_batch} and {num_blocks}")
+        if token_budget is not None and not (type(token_budget) is int
+                                             and token_budget >= max_batch):
+            raise ValueError(f"token_budget must be None or an int >= max_batch "
+                             f"({max_batch}), so that every running request can "
+                             f"decode in each step; got {token_budget!r}")
+        if admission not in ("reserve", "optimistic"):
+            raise ValueError(f"admission must be 'reserve' or 'optimistic', "
+                             f"got {admission!r}")
         self.model, self.max_batch, self.static = model, max_batch, static
+        self.token_budget, self.admission = token_budget, admission
         self.tokenizer, self.device = tokenizer, model.device
         if eos_token_ids is None:
             eos_token_ids = [] if tokenizer is None else default_eos_ids(tokenizer)
         self.eos_token_ids = list(eos_token_ids)
-        self.cache = PagedKVCache(model.cfg, num_blocks, block_size, device=self.device,
-                                  dtype=model.dtype)
+        pool = PrefixCachingKVCache if prefix_caching else PagedKVCache
+        self.cache = pool(model.cfg, num_blocks, block_size, device=self.device,
+                          dtype=model.dtype)
         self.sampler = Sampler(seed)
-        self.waiting: deque[tuple[Request, Reply]] = deque()
-        self.running: dict[Hashable, _Running] = {}
+        self.waiting: deque[_State] = deque()
+        self.running: dict[Hashable, _State] = {}  # in the order they were admitted
         self.steps = 0                    # engine steps taken
         self.batch_sizes: list[int] = []  # requests decoded in each step's batched pass
+        self.step_tokens: list[int] = []  # tokens computed in each step
+        self.preemptions = 0              # requests preempted so far
+        self._preempted_before = 0        # self.preemptions when this step began
         self._start = time.perf_counter()
-        self._blocks_held: dict[Hashable, int] = {}
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The engine's clock: seconds since it was made."""
         return time.perf_counter() - self._start
 
-    def _blocks_for(self, request: Request) -> int:
-        tokens = len(request.prompt_ids) + request.params.max_tokens
+    def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.cache.block_size)
 
-    def add_request(self, request: Request) -> None:
-        """Queue a request. Raises ValueError for one that could never run."""
+    def add_request(self, request: Request, arrival: float | None = None) -> None:
+        """Queue a request that arrived at `arrival` (the engine's clock; default now).
+        Raises ValueError for one that could never run."""
         name = f"request {request.request_id!r}"
-        known = {r.request_id for r, _ in self.waiting} | set(self.running)
+        known = {st.request.request_id for st in self.waiting} | set(self.running)
         if request.request_id in known:
             raise ValueError(f"{name}: the id is already queued or running")
         if not request.prompt_ids:
@@ -162,19 +224,26 @@ class Engine:
         if total > self.model.cfg.max_position_embeddings:
             raise ValueError(f"{name} needs {total} positions (prompt + max_tokens); "
                              f"the model has {self.model.cfg.max_position_embeddings}")
-        if self._blocks_for(request) > self.cache.allocator.num_blocks:
-            raise ValueError(f"{name} needs {self._blocks_for(request)} KV blocks but "
+        if self._blocks(total) > self.cache.allocator.num_blocks:
+            raise ValueError(f"{name} needs {self._blocks(total)} KV blocks but "
                              f"the pool has {self.cache.allocator.num_blocks}; lower "
                              "max_tokens or enlarge the pool")
         reply = Reply(self.tokenizer, request.params, len(request.prompt_ids),
                       self.eos_token_ids, constraint=request.constraint,
-                      start=self._now())
+                      start=self.now() if arrival is None else arrival)
         reply.check_vocab(self.model.cfg.vocab_size)
         if request.logprobs is not None and not (
                 type(request.logprobs) is int and request.logprobs >= 0):
             raise ValueError(f"{name}: logprobs must be None or an int >= 0, "
                              f"got {request.logprobs!r}")
-        self.waiting.append((request, reply))
+        seed = request.params.seed
+        generator = None if seed is None else make_generator(seed, self.device)
+        st = _State(request, reply, generator)
+        if request.logprobs is not None:
+            st.logprobs = []
+        if request.prompt_logprobs:
+            st.prompt_logprobs = [None]
+        self.waiting.append(st)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -182,36 +251,45 @@ class Engine:
     def cancel(self, request_id: Hashable) -> bool:
         """Drop a queued or running request (e.g. its client went away): its blocks go
         back to the pool. Returns whether there was such a request."""
-        for entry in list(self.waiting):
-            if entry[0].request_id == request_id:
-                self.waiting.remove(entry)
+        for st in list(self.waiting):
+            if st.request.request_id == request_id:
+                self.waiting.remove(st)
                 return True
         if request_id in self.running:
             self.running.pop(request_id).reply.end("abort")
-            del self._blocks_held[request_id]
             self.cache.free_sequence(request_id)
             return True
         return False
 
+    def _completion(self, st: _State, now: float, error: str | None = None
+                    ) -> Completion:
+        reply = st.reply
+        reason = "error" if error else reply.finish_reason
+        return Completion(
+            st.request.request_id, st.request.prompt_ids, reply.token_ids, reply.text,
+            reason, None if error else reply.stop_reason, reply.start,
+            (reply.times or [now])[0], now, st.logprobs, st.prompt_logprobs,
+            error=error, token_times=list(reply.times),
+            cached_tokens=st.cached_tokens, preemptions=st.preemptions)
+
     def _fail(self, seq: Hashable, error: Exception, done: list[Completion]) -> None:
         """End one request that raised: its blocks go back, the others go on."""
         st = self.running.pop(seq)
-        del self._blocks_held[seq]
         self.cache.free_sequence(seq)
-        now = self._now()
-        done.append(Completion(seq, st.request.prompt_ids, st.reply.token_ids,
-                               st.reply.text, "error", None, st.reply.start,
-                               (st.reply.times or [now])[0], now,
-                               error=f"{type(error).__name__}: {error}"))
+        done.append(self._completion(st, self.now(),
+                                     error=f"{type(error).__name__}: {error}"))
 
     def step(self) -> list[Completion]:
-        """Admit what fits, decode one token for every running request, return those
-        that finished."""
+        """Plan one step (decodes, prompt chunks, admissions), run its passes, return
+        the requests that finished."""
         done: list[Completion] = []
+        plan = self._plan_running()
         if not (self.static and self.running):  # static: refill only an empty batch
-            self._admit(done)
-        if self.running:
-            self._decode(done)
+            if self.preemptions == self._preempted_before:  # none in this step
+                plan += self._admit(plan)
+        if plan:
+            self._run(plan, done)
+        self.step_tokens.append(sum(n for _, n in plan))
         self.steps += 1
         return done
 
@@ -223,53 +301,131 @@ class Engine:
             done += self.step()
         return done
 
-    def _admit(self, done: list[Completion]) -> None:
-        # Free blocks, minus those promised to running requests but not yet taken.
-        promised = sum(need - len(self.cache.tables[seq])
-                       for seq, need in self._blocks_held.items())
-        free = self.cache.allocator.num_free - promised
+    def _left(self, plan: list[tuple[Hashable, int]]) -> int | None:
+        """The step's token budget not yet planned (None: no budget)."""
+        if self.token_budget is None:
+            return None
+        return self.token_budget - sum(n for _, n in plan)
+
+    def _plan_running(self) -> list[tuple[Hashable, int]]:
+        """Tokens each running request computes this step, with their blocks reserved;
+        under optimistic admission, preempt the newest requests until they fit."""
+        self._preempted_before = self.preemptions
+        while True:
+            seqs = list(self.running)
+            needs = [self.running[s].length - self.running[s].computed for s in seqs]
+            plan = [(s, n) for s, n in zip(seqs, schedule(needs, self.token_budget))
+                    if n > 0]
+            try:
+                self.cache.reserve({s: self.running[s].computed + n for s, n in plan})
+                return plan
+            except PoolExhaustedError:
+                if self.admission == "reserve" or len(self.running) == 1:
+                    raise  # cannot happen: add_request checks that one request fits
+                self._preempt(seqs[-1])
+
+    def _preempt(self, seq: Hashable) -> None:
+        """Free a running request's blocks and queue it first, to be recomputed."""
+        st = self.running.pop(seq)
+        self.cache.free_sequence(seq)
+        st.computed = st.cached_tokens = 0
+        st.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(st)
+
+    def _admit(self, plan: list[tuple[Hashable, int]]) -> list[tuple[Hashable, int]]:
+        """Admit waiting requests, first come first served, while a batch slot, the
+        token budget and the KV blocks allow; return their part of the plan."""
+        admitted: list[tuple[Hashable, int]] = []
         while self.waiting and len(self.running) < self.max_batch:
-            request, reply = self.waiting[0]
-            need = self._blocks_for(request)
-            if need > free:
+            left = self._left(plan + admitted)
+            if left is not None and left < 1:
+                break
+            st = self.waiting[0]
+            seq = st.request.request_id
+            if isinstance(self.cache, PrefixCachingKVCache):
+                # a request that wants every prompt token's logprobs must compute them
+                found = st.prompt_logprobs
+                cached = self.cache.add_sequence(
+                    seq, st.request.prompt_ids,
+                    reuse=found is None or len(found) == len(st.request.prompt_ids))
+            else:
+                cached = self.cache.add_sequence(seq)
+            n = st.length - cached if left is None else min(st.length - cached, left)
+            if not self._fits(seq, st, cached + n):
+                self.cache.free_sequence(seq)
                 break  # first come, first served: no later request may pass
             self.waiting.popleft()
-            free -= need
-            seq = request.request_id
-            self.cache.add_sequence(seq)
-            self._blocks_held[seq] = need
-            self.cache.set_batch([seq])
-            seed = request.params.seed
-            generator = None if seed is None else make_generator(seed, self.device)
-            st = self.running[seq] = _Running(request, reply, generator)
-            if request.logprobs is not None:
-                st.logprobs = []
+            st.computed = st.cached_tokens = cached
+            self.running[seq] = st
+            admitted.append((seq, n))
+        return admitted
+
+    def _fits(self, seq: Hashable, st: _State, tokens: int) -> bool:
+        """Reserve the blocks a new request needs now: those for `tokens` tokens
+        (optimistic), or all it may ever need, without taking blocks promised to the
+        running requests (reserve)."""
+        if self.admission == "reserve":
+            promise = {s: self._blocks(len(r.request.prompt_ids)
+                                       + r.request.params.max_tokens)
+                       for s, r in [*self.running.items(), (seq, st)]}
+            owed = sum(need - len(self.cache.tables[s]) for s, need in promise.items())
+            if owed > self.cache.allocator.num_free:
+                return False
+        try:
+            self.cache.reserve({seq: tokens})
+        except PoolExhaustedError:
+            return False
+        return True
+
+    def _run(self, plan: list[tuple[Hashable, int]], done: list[Completion]) -> None:
+        """One batched pass over every one-token row, one pass per longer chunk; then
+        sample for the requests whose tokens are all computed."""
+        ends: dict[Hashable, torch.Tensor] = {}  # seq -> logits after its last token
+        singles = [s for s, n in plan if n == 1]
+        if singles:
+            self.batch_sizes.append(len(singles))
+            states = [self.running[s] for s in singles]
+            tokens = [st.tokens(st.computed, st.computed + 1) for st in states]
+            positions = [[st.computed] for st in states]
+            logits = self._forward(singles, tokens, positions)[:, -1]
+            for seq, st, row in zip(singles, states, logits):
+                self._computed(seq, st, 1, row[None], ends)
+        for seq, n in plan:
+            if n == 1:
+                continue
+            st = self.running[seq]
             try:
-                ids = torch.tensor([request.prompt_ids], device=self.device)
-                positions = torch.arange(len(request.prompt_ids),
-                                         device=self.device)[None]
-                with torch.inference_mode():  # prefill: the whole prompt in one pass
-                    logits = self.model(ids, positions=positions, kv_cache=self.cache)
-                if request.prompt_logprobs:
-                    st.prompt_logprobs = [None] + _logprobs(
-                        logits[0, :-1], request.prompt_ids[1:], request.logprobs or 0)
+                logits = self._forward([seq], [st.tokens(st.computed, st.computed + n)],
+                                       [list(range(st.computed, st.computed + n))])
+                self._computed(seq, st, n, logits[0], ends)
             except Exception as error:  # this request fails alone
                 self._fail(seq, error, done)
-                continue
-            self._append([seq], logits[:, -1], done)
+        if ends:
+            self._append(list(ends), torch.stack(list(ends.values())), done)
 
-    def _decode(self, done: list[Completion]) -> None:
-        seqs = list(self.running)
-        self.batch_sizes.append(len(seqs))
+    def _forward(self, seqs: list, tokens: list[list[int]],
+                 positions: list[list[int]]) -> torch.Tensor:
         self.cache.set_batch(seqs)
-        states = [self.running[s] for s in seqs]
-        tokens = torch.tensor([[st.reply.token_ids[-1]] for st in states],
-                              device=self.device)
-        positions = torch.tensor([[len(st.request.prompt_ids) + len(st.reply.token_ids)
-                                   - 1] for st in states], device=self.device)
-        with torch.inference_mode():  # one pass: every running request's next token
-            logits = self.model(tokens, positions=positions, kv_cache=self.cache)[:, -1]
-        self._append(seqs, logits, done)
+        with torch.inference_mode():
+            return self.model(torch.tensor(tokens, device=self.device),
+                              positions=torch.tensor(positions, device=self.device),
+                              kv_cache=self.cache)
+
+    def _computed(self, seq: Hashable, st: _State, n: int, logits: torch.Tensor,
+                  ends: dict) -> None:
+        """n more tokens of `st` are in the cache; `logits` (n, vocab) follow them."""
+        start, st.computed = st.computed, st.computed + n
+        prompt, found = st.request.prompt_ids, st.prompt_logprobs
+        if found is not None and len(found) < len(prompt):
+            # Row i predicts token start + i + 1; found holds tokens 0 .. have - 1
+            # (a recompute after a preemption may cover some of them again).
+            have, stop = len(found), min(start + n, len(prompt) - 1)
+            if start < have <= stop:
+                found += _logprobs(logits[have - 1 - start:stop - start],
+                                   prompt[have:stop + 1], st.request.logprobs or 0)
+        if st.computed == st.length:
+            ends[seq] = logits[-1]
 
     def _sample(self, seqs: list, logits: torch.Tensor) -> list[int]:
         states = [self.running[s] for s in seqs]
@@ -307,22 +463,141 @@ class Engine:
             for seq, lp in zip(wants, found):
                 lp.top = lp.top[:self.running[seq].request.logprobs]
                 self.running[seq].logprobs.append(lp)
-        now = self._now()
+        now = self.now()
         for seq, token in new.items():
             st = self.running[seq]
-            reply = st.reply
             try:
-                reply.add(token, now)
+                st.reply.add(token, now)
             except Exception as error:
                 self._fail(seq, error, done)
                 continue
-            if reply.done:
-                del self.running[seq], self._blocks_held[seq]
+            if st.reply.done:
+                del self.running[seq]
                 self.cache.free_sequence(seq)
-                done.append(Completion(seq, st.request.prompt_ids, reply.token_ids,
-                                       reply.text, reply.finish_reason,
-                                       reply.stop_reason, reply.start, reply.times[0],
-                                       now, st.logprobs, st.prompt_logprobs))
+                done.append(self._completion(st, now))
 
 
-__all__ = ['Request', 'TokenLogprob', 'Completion', 'Engine']
+# %% chapters/09_serving.ipynb § Arrivals over time
+@dataclass
+class Arrival:
+    """A request and when it arrives: seconds after the trace starts."""
+    time: float
+    request: Request
+
+
+def synthetic_requests(n: int, vocab_size: int, prompt_lens=(16, 512),
+                       output_lens=(4, 256), seed: int = 0,
+                       prefix: Sequence[int] = ()) -> list[Request]:
+    """n greedy requests, ids 0 .. n - 1, of random token ids. The prompt and output
+    lengths are drawn log-uniformly between their bounds (inclusive): many short
+    requests and a few long ones, as in chat traffic. `prefix` starts every prompt (a
+    shared system prompt), ahead of its own drawn tokens."""
+    for lo, hi in (prompt_lens, output_lens):
+        if not 1 <= lo <= hi:
+            raise ValueError(f"length bounds must satisfy 1 <= low <= high, "
+                             f"got {(lo, hi)}")
+    rng = random.Random(seed)
+
+    def draw(lo: int, hi: int) -> int:
+        return min(hi, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))))
+
+    requests = []
+    for i in range(n):
+        prompt_len, output_len = draw(*prompt_lens), draw(*output_lens)
+        prompt = list(prefix) + [rng.randrange(vocab_size) for _ in range(prompt_len)]
+        requests.append(Request(i, prompt, SamplingParams(temperature=0.0,
+                                                          max_tokens=output_len)))
+    return requests
+
+
+def poisson_arrivals(requests: Sequence[Request], rate: float,
+                     seed: int = 0) -> list[Arrival]:
+    """The requests, in order, arriving as a Poisson process of `rate` requests per
+    second: independent, exponentially distributed gaps of mean 1 / rate."""
+    if not rate > 0:
+        raise ValueError(f"rate must be > 0 requests per second, got {rate!r}")
+    rng, t, arrivals = random.Random(seed), 0.0, []
+    for request in requests:
+        t += rng.expovariate(rate)
+        arrivals.append(Arrival(t, request))
+    return arrivals
+
+
+def replay(engine: Engine, arrivals: Sequence[Arrival]
+           ) -> tuple[list[Completion], float]:
+    """Serve a trace by the clock: each request is queued when its time comes, stamped
+    with that time (one that arrives during a step waits for the step, as in a server);
+    the engine steps while it has work and sleeps while it has none. Returns the
+    completions and the seconds from the trace's start to the last completion."""
+    pending = deque(sorted(arrivals, key=lambda a: a.time))
+    start, done = engine.now(), []
+    while pending or engine.has_work():
+        while pending and pending[0].time <= engine.now() - start:
+            arrival = pending.popleft()
+            engine.add_request(arrival.request, arrival=start + arrival.time)
+        if engine.has_work():
+            done += engine.step()
+        elif pending:
+            time.sleep(max(0.0, pending[0].time - (engine.now() - start)))
+    return done, engine.now() - start
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), interpolated between the nearest ranks as numpy's
+    default does; nan for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(completions: Sequence[Completion], seconds: float) -> dict[str, float]:
+    """What a serving run is judged by: output tokens per second, and the median (p50)
+    and tail (p99) of time to first token, time per output token, end-to-end latency
+    and the gaps between tokens (seconds)."""
+    ok = [c for c in completions if c.finish_reason != "error"]
+    tokens = sum(len(c.output_ids) for c in ok)
+    summary = {"requests": len(ok), "errors": len(completions) - len(ok),
+               "output_tokens": tokens, "seconds": seconds,
+               "throughput": tokens / seconds if seconds > 0 else math.nan}
+    series = {"ttft": [c.ttft for c in ok],
+              "tpot": [c.tpot for c in ok if len(c.output_ids) > 1],
+              "e2e": [c.e2e for c in ok],
+              "itl": [gap for c in ok for gap in c.itl]}
+    for name, values in series.items():
+        summary[f"{name}_p50"] = percentile(values, 50)
+        summary[f"{name}_p99"] = percentile(values, 99)
+    return summary
+
+
+# %% chapters/09_serving.ipynb § Chunked prefill: a token budget per step
+def schedule(needs: Sequence[int], budget: int | None) -> list[int]:
+    """How many tokens each running request computes in this step.
+
+    needs[i]: the tokens request i has left to compute before its next token can be
+    sampled (1 for a request that decodes; its prompt's remainder for one that
+    prefills), oldest request first. budget: the most tokens in the step, or None for
+    no limit. Decoding requests come first, one token each, so that a long prompt never
+    holds them back; what is left of the budget goes to the prefills, oldest first, each
+    taking as much of it as it can use (Sarathi-Serve's and vLLM's chunked prefill).
+    """
+    if budget is None:
+        return list(needs)
+    plan = [1 if n == 1 else 0 for n in needs]
+    left = budget - sum(plan)
+    if left < 0:
+        raise ValueError(f"a budget of {budget} tokens cannot decode "
+                         f"{sum(plan)} requests; raise it to at least {sum(plan)}")
+    for i, n in enumerate(needs):
+        if n > 1 and left > 0:
+            plan[i] = min(n, left)
+            left -= plan[i]
+    return plan
+
+
+__all__ = ['Request', 'TokenLogprob', 'Completion', 'Engine', 'Arrival',
+           'synthetic_requests', 'poisson_arrivals', 'replay', 'percentile',
+           'summarize', 'schedule']
