@@ -338,8 +338,11 @@ class PrefixCachingKVCache(PagedKVCache):
         self.keys: dict[Hashable, list[int]] = {}
 
     def add_sequence(
-        self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None
+        self, seq_id: Hashable, prompt_ids: Sequence[int] | None = None,
+        reuse: bool = True,
     ) -> int:
+        """reuse=False computes the whole prompt (e.g. for its log probabilities); its
+        full blocks are still registered for later prompts."""
         if prompt_ids is None:
             raise ValueError("prefix caching needs the prompt's token ids: "
                              "add_sequence(seq_id, prompt_ids)")
@@ -348,7 +351,7 @@ class PrefixCachingKVCache(PagedKVCache):
         self.prompts[seq_id], self.keys[seq_id] = tokens, []
         bs, parent = self.block_size, None
         # full blocks that end before the last prompt token
-        for i in range((len(tokens) - 1) // bs):
+        for i in range((len(tokens) - 1) // bs if reuse else 0):
             block_tokens = tokens[i * bs:(i + 1) * bs]
             key = block_hash(parent, block_tokens)
             block = self.allocator.lookup(key, block_tokens)
