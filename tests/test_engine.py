@@ -204,3 +204,250 @@ def test_values_beyond_the_vocabulary_are_refused_before_any_step(change, messag
         engine.add_request(Request("x", [1, 2], SamplingParams(max_tokens=8,
                                                                **change)))
     assert not engine.has_work()
+
+
+# --- issue 15: chunked prefill, preemption, prefix caching, traffic --------------------
+
+from llmcore.engine import (Arrival, percentile, poisson_arrivals, replay, schedule,  # noqa: E402
+                            summarize, synthetic_requests)
+
+
+def _long_requests(n=8, seed=0, prefix=()):
+    """Prompts of 3..40 tokens after `prefix`, outputs of 1..24 tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        size = int(torch.randint(3, 41, (1,), generator=gen))
+        prompt = list(prefix) + torch.randint(0, 64, (size,), generator=gen).tolist()
+        out.append(Request(f"q{i}", prompt, SamplingParams(
+            temperature=0.0, max_tokens=int(torch.randint(1, 25, (1,), generator=gen)))))
+    return out
+
+
+def _serve(model, requests, **kw):
+    engine = Engine(model, **{"num_blocks": 96, "block_size": 4, "max_batch": 4, **kw})
+    for r in requests:
+        engine.add_request(r)
+    done = {c.request_id: c for c in engine.run()}
+    assert sorted(done) == sorted(r.request_id for r in requests)
+    return engine, done
+
+
+def _all_blocks_back(engine):
+    allocator = engine.cache.allocator
+    assert allocator.num_free == allocator.num_blocks
+    assert not any(allocator.ref_count) and not engine.cache.tables
+
+
+def test_schedule_decodes_first_then_fills_the_budget_oldest_first():
+    assert schedule([1, 30, 1, 7], None) == [1, 30, 1, 7]
+    assert schedule([1, 30, 1, 7], 10) == [1, 8, 1, 0]
+    assert schedule([1, 5, 1, 7], 10) == [1, 5, 1, 3]
+    assert schedule([1, 1], 2) == [1, 1]
+    with pytest.raises(ValueError, match="cannot decode 3 requests; raise it to at least 3"):
+        schedule([1, 1, 1, 9], 2)
+
+
+@pytest.mark.parametrize("budget", [4, 5, 9, 16])
+def test_chunked_prefill_gives_the_same_tokens_and_keeps_to_the_budget(budget):
+    model, requests = _model(), _long_requests()
+    engine, done = _serve(model, requests, token_budget=budget)
+    for r in requests:
+        assert done[r.request_id].output_ids == _alone(model, r)
+    assert max(engine.step_tokens) <= budget
+    # a 40-token prompt cannot be prefilled in one step of this budget: it took chunks
+    assert len(engine.step_tokens) > len(_serve(model, requests)[0].step_tokens)
+    _all_blocks_back(engine)
+
+
+def test_decoding_requests_advance_in_every_step_while_a_long_prompt_is_chunked():
+    model = _model()
+    engine = Engine(model, num_blocks=96, block_size=4, max_batch=4, token_budget=8)
+    for i in range(3):
+        engine.add_request(Request(f"d{i}", [1, 2, 3], SamplingParams(temperature=0.0,
+                                                                      max_tokens=40)))
+    engine.step()  # the three short prompts: 9 tokens, so two steps
+    engine.step()
+    engine.add_request(Request("long", list(range(60)), SamplingParams(temperature=0.0,
+                                                                       max_tokens=2)))
+    before = {s: len(engine.running[s].reply.token_ids) for s in ("d0", "d1", "d2")}
+    for step in range(1, 13):  # 60 prompt tokens at 5 a step
+        engine.step()
+        for s in before:  # one new token each, in every step
+            assert len(engine.running[s].reply.token_ids) == before[s] + step
+        assert engine.step_tokens[-1] <= 8
+    assert engine.running["long"].reply.token_ids  # its prompt is done: first token out
+
+
+def test_prompt_logprobs_are_the_same_in_chunks_and_with_a_prefix_cache():
+    model = _model()
+    prompt = list(range(3, 30))
+
+    def served(**kw):
+        engine = Engine(model, num_blocks=64, block_size=4, max_batch=2, **kw)
+        engine.add_request(Request("warm", prompt[:21] + [1, 1], SamplingParams(
+            temperature=0.0, max_tokens=2)))
+        engine.run()  # fills the prefix cache, when there is one
+        engine.add_request(Request("a", prompt, SamplingParams(temperature=0.0,
+                                                               max_tokens=3),
+                                   logprobs=1, prompt_logprobs=True))
+        return engine.run()[0]
+    plain = served()
+    for kw in (dict(token_budget=5), dict(prefix_caching=True),
+               dict(prefix_caching=True, token_budget=3)):
+        other = served(**kw)
+        assert other.output_ids == plain.output_ids
+        assert len(other.prompt_logprobs) == len(prompt)
+        for a, b in zip(plain.prompt_logprobs[1:], other.prompt_logprobs[1:]):
+            assert a.token_id == b.token_id
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert other.cached_tokens == 0  # its prompt was computed, not reused
+
+
+def _tight_requests():
+    gen = torch.Generator().manual_seed(5)
+    return [Request(f"t{i}", torch.randint(0, 64, (6,), generator=gen).tolist(),
+                    SamplingParams(temperature=0.0, max_tokens=30)) for i in range(8)]
+
+
+def test_optimistic_admission_preempts_the_newest_and_recomputes_the_same_tokens():
+    model, requests = _model(), _tight_requests()
+    # 8 requests of 36 tokens need 72 blocks of 4; the pool has 24
+    engine = Engine(model, num_blocks=24, block_size=4, max_batch=8,
+                    admission="optimistic")
+    preempt, victims = engine._preempt, []
+
+    def watched(seq):  # the oldest running request is never the one preempted
+        order = list(engine.running)
+        assert seq == order[-1] and (len(order) == 1 or seq != order[0])
+        victims.append(seq)
+        preempt(seq)
+    engine._preempt = watched
+    for r in requests:
+        engine.add_request(r)
+    done = {}
+    for _ in range(2000):  # bounded: everyone finishes
+        done.update((c.request_id, c) for c in engine.step())
+        if not engine.has_work():
+            break
+    assert sorted(done) == sorted(r.request_id for r in requests)
+    assert engine.preemptions == len(victims) > 0
+    assert sum(c.preemptions for c in done.values()) == engine.preemptions
+    for r in requests:
+        assert done[r.request_id].output_ids == _alone(model, r)
+    reserve, _ = _serve(model, requests, num_blocks=24, max_batch=8)
+    assert reserve.preemptions == 0
+    assert max(engine.batch_sizes) > max(reserve.batch_sizes)  # more ran at once
+    _all_blocks_back(engine)
+
+
+def test_a_preempted_seeded_request_keeps_its_random_stream():
+    model = _model()
+    requests = [Request(f"s{i}", [i + 1, 2, 3, 4], SamplingParams(
+        temperature=1.0, max_tokens=30, seed=i)) for i in range(8)]
+    _, roomy = _serve(model, requests, num_blocks=96, max_batch=8)
+    tight, cramped = _serve(model, requests, num_blocks=20, max_batch=8,
+                            admission="optimistic", token_budget=12)
+    assert tight.preemptions > 0
+    assert {k: c.output_ids for k, c in cramped.items()} == {
+        k: c.output_ids for k, c in roomy.items()}
+
+
+def test_requests_sharing_a_prefix_share_its_blocks_and_nothing_else():
+    model = _model()
+    system = list(range(10, 22))  # 3 full blocks of 4
+    # adversarial: the same prompt but for the last token of block 4 (index 15), or of
+    # the prompt's last full block; and one that differs from the first token on
+    variants = [system + [40, 41, 42, 43, 44, 45],
+                system + [40, 41, 42, 50, 44, 45],
+                system + [40, 41, 42, 43, 44, 46],
+                [9] + system[1:] + [40, 41, 42, 43, 44, 45]]
+    requests = [Request(f"p{i}", v, SamplingParams(temperature=0.0, max_tokens=9))
+                for i, v in enumerate(variants)]
+    engine = Engine(model, num_blocks=64, block_size=4, max_batch=4,
+                    prefix_caching=True)
+    engine.add_request(requests[0])
+    engine.run()  # now the cache holds request p0's four full prompt blocks
+    for r in requests[1:]:
+        engine.add_request(r)
+    engine.step()
+    cache = engine.cache
+    shared = set(cache.tables["p1"]) & set(cache.tables["p2"])
+    for a in ("p1", "p2", "p3"):  # a block in two tables holds the same tokens in both
+        for b in ("p1", "p2", "p3"):
+            for i, block in enumerate(cache.tables[a]):
+                if a != b and block in cache.tables[b]:
+                    j = cache.tables[b].index(block)
+                    assert i == j
+                    assert cache.prompts[a][:4 * (i + 1)] == cache.prompts[b][:4 * (i + 1)]
+    assert len(shared) == 3  # p1 and p2 share the 3 system blocks, not the 4th
+    assert not set(cache.tables["p3"]) & (set(cache.tables["p1"]) | set(cache.tables["p2"]))
+    done = {c.request_id: c for c in engine.run()}
+    assert [done[f"p{i}"].cached_tokens for i in (1, 2, 3)] == [12, 16, 0]
+    for r in requests[1:]:
+        assert done[r.request_id].output_ids == _alone(model, r)
+    _all_blocks_back(engine)
+
+
+def test_prefix_caching_with_chunks_and_preemption_gives_the_same_tokens():
+    model = _model()
+    system = list(range(5, 25))
+    requests = _long_requests(10, seed=4, prefix=system)
+    engine, done = _serve(model, requests, num_blocks=40, max_batch=6,
+                          prefix_caching=True, admission="optimistic", token_budget=10)
+    assert sum(c.cached_tokens for c in done.values()) > 0
+    for r in requests:
+        assert done[r.request_id].output_ids == _alone(model, r)
+    _all_blocks_back(engine)
+
+
+def test_engine_settings_are_checked():
+    model = _model()
+    with pytest.raises(ValueError, match="token_budget must be None or an int >= max_batch"):
+        Engine(model, num_blocks=8, max_batch=4, token_budget=3)
+    with pytest.raises(ValueError, match="admission must be 'reserve' or 'optimistic'"):
+        Engine(model, num_blocks=8, admission="lazy")
+
+
+def test_traffic_is_seeded_and_replayed_by_the_clock():
+    requests = synthetic_requests(200, vocab_size=64, prompt_lens=(2, 20),
+                                  output_lens=(1, 8), seed=3, prefix=[7, 7])
+    assert requests == synthetic_requests(200, vocab_size=64, prompt_lens=(2, 20),
+                                          output_lens=(1, 8), seed=3, prefix=[7, 7])
+    lengths = [len(r.prompt_ids) - 2 for r in requests]
+    assert all(r.prompt_ids[:2] == [7, 7] for r in requests)
+    assert min(lengths) == 2 and max(lengths) == 20
+    assert sorted(lengths)[100] < 11  # log-uniform: the median sits below the middle
+    assert {r.params.max_tokens for r in requests} == set(range(1, 9))
+    arrivals = poisson_arrivals(requests, rate=50.0, seed=1)
+    gaps = [b.time - a.time for a, b in zip(arrivals, arrivals[1:])]
+    assert all(g >= 0 for g in gaps) and 0.014 < sum(gaps) / len(gaps) < 0.026
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        poisson_arrivals(requests, rate=0)
+    with pytest.raises(ValueError, match="1 <= low <= high"):
+        synthetic_requests(1, 64, prompt_lens=(5, 2))
+
+    model = _model()
+    engine = Engine(model, num_blocks=64, block_size=4, max_batch=4)
+    trace = [Arrival(0.0, Request("a", [1, 2, 3], SamplingParams(temperature=0.0,
+                                                                   max_tokens=3))),
+             Arrival(0.3, Request("b", [4, 5], SamplingParams(temperature=0.0,
+                                                                max_tokens=2)))]
+    start = engine.now()
+    done, seconds = replay(engine, trace)
+    by_id = {c.request_id: c for c in done}
+    assert by_id["b"].submitted == pytest.approx(start + 0.3, abs=0.05)
+    assert by_id["b"].first_token >= by_id["b"].submitted
+    assert seconds >= 0.3 and by_id["a"].finished < by_id["b"].submitted  # a idle gap
+    summary = summarize(done, seconds)
+    assert summary["requests"] == 2 and summary["output_tokens"] == 5
+    assert summary["ttft_p99"] >= summary["ttft_p50"] > 0
+    assert len(by_id["a"].itl) == 2 and summary["itl_p50"] > 0
+
+
+def test_percentile_interpolates_like_numpy():
+    import numpy as np
+    values = [0.3, 1.0, 7.5, 2.2, 9.1, 4.4, 0.0]
+    for q in (0, 10, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert percentile([], 50) != percentile([], 50)  # nan
