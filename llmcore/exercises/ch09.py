@@ -126,3 +126,127 @@ def check_read_top_k(fn: Callable) -> Verdict:
              "only a real int (True is an int in Python, 5.0 is not) in [0, "
              "vocab_size]; anything else raises APIError(400, message, "
              "param='top_k')."))
+
+
+def _raises(error: type[Exception], call: Callable) -> Callable:
+    """`call` on a fresh copy of its list argument; a raised `error` becomes the text
+    "raises <name>", a list or tuple it returns a list."""
+    def run(items, *rest):
+        try:
+            got = call(list(items), *rest)
+        except NotImplementedError:  # a RuntimeError too: the skeleton, not an answer
+            raise
+        except error:
+            return f"raises {error.__name__}"
+        return list(got) if isinstance(got, (list, tuple)) else got
+    return run
+
+
+@checker
+def check_schedule_step(fn: Callable) -> Verdict:
+    """`fn(needs, budget)` -> the tokens each request computes in one step (chunked
+    prefill), as llmcore.engine.schedule; ValueError when the decodes do not fit."""
+    from llmcore.engine import schedule
+
+    args = [
+        ([1, 1, 1], 8),              # decodes only
+        ([1, 900, 1], 64),           # the decodes first, the prompt gets the rest
+        ([300, 200, 1], 100),        # the oldest prompt first
+        ([40, 30, 1, 1], 50),        # the next prompt takes what the first leaves
+        ([5, 3, 1], 100),            # everything fits
+        ([12, 1], 3),                # a chunk of 2
+        ([900, 1], None),            # no budget: everything
+        ([1, 1], 2),                 # exactly the decodes
+        ([1, 1, 1], 2),              # too small for the decodes: ValueError
+        ([], 16),
+    ]
+    cases = [Case((list(needs), budget), _raises(ValueError, schedule)(needs, budget))
+             for needs, budget in args]
+    return report(run_cases(
+        "Exercise 9.5 (schedule_step)", _raises(ValueError, fn), cases,
+        compare=lambda got, exp: got == exp,
+        hint="with no budget return needs as they are; else give every decoding "
+             "request (need 1) its token first, raise ValueError if the budget cannot "
+             "cover them, then walk the prefilling requests oldest first, each taking "
+             "min(need, what is left)."))
+
+
+def _preempt(running, free):
+    running, preempted = list(running), []
+    while sum(new for _, _, new in running) > free:
+        if len(running) == 1:
+            raise RuntimeError("even the oldest request alone does not fit")
+        request_id, held, _ = running.pop()  # the most recently admitted
+        free += held
+        preempted.append(request_id)
+    return preempted
+
+
+@checker
+def check_preempt(fn: Callable) -> Verdict:
+    """`fn(running, free)` -> the ids preempted, newest first, until the new blocks of
+    the requests left fit in the free ones; RuntimeError if the oldest alone does not
+    fit."""
+    args = [
+        ([("a", 3, 1), ("b", 2, 1)], 2),              # fits exactly: nobody
+        ([("a", 3, 1), ("b", 2, 1)], 1),              # the newest goes
+        ([("a", 4, 1), ("b", 1, 1), ("c", 5, 1)], 0),  # its 5 blocks cover the rest
+        ([("a", 2, 1), ("b", 2, 2), ("c", 1, 1)], 1),  # newest, not the neediest
+        ([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], 0),  # two go; the oldest stays
+        ([("a", 1, 2), ("b", 1, 1)], 2),
+        ([("a", 1, 3), ("b", 2, 1)], 1),              # a fits once b's blocks are back
+        ([("a", 1, 4), ("b", 2, 1)], 1),              # a alone needs 4, 3 are free
+        ([("a", 6, 3)], 2),                           # one request that cannot fit
+        ([("x", 1, 1), ("y", 1, 0), ("z", 3, 0)], 0),  # z needs nothing, holds 3
+        ([], 5),
+    ]
+    cases = [Case((list(running), free), _raises(RuntimeError, _preempt)(running, free))
+             for running, free in args]
+    return report(run_cases(
+        "Exercise 9.6 (preempt)", _raises(RuntimeError, fn), cases,
+        compare=lambda got, exp: got == exp,
+        hint="loop while the new blocks of the requests still running exceed free: "
+             "take the last of them (the most recently admitted, whatever it needs), "
+             "add its held blocks to free, drop its new blocks from the sum; when only "
+             "one is left and it still does not fit, raise RuntimeError."))
+
+
+def _shared_blocks(first, second, block_size):
+    common = 0
+    while (common < min(len(first), len(second))
+           and first[common] == second[common]):
+        common += 1
+    return min(common // block_size, len(first) // block_size,
+               (len(second) - 1) // block_size)
+
+
+@checker
+def check_shared_blocks(fn: Callable) -> Verdict:
+    """`fn(first, second, block_size)` -> how many of second's KV blocks a prefix cache
+    holding first's full prompt blocks gives it."""
+    a = list(range(10, 22))  # three blocks of 4
+    args = [
+        (a[:10], a[:10], 4),                      # the same prompt: 2 full blocks
+        (a[:8], a[:8], 4),                        # the 2nd block holds the last token
+        (a[:8], a[:8] + [40, 41, 42, 43, 44], 4),  # a longer second prompt
+        (a, a[:9], 4),                            # second is a prefix of first
+        (a, a[:8], 4),
+        (a, a[:7] + [50] + a[8:], 4),             # differs in block 2's last token
+        (a, [9] + a[1:], 4),                      # differs in the first token
+        (a[:6], a[:6] + [40, 41, 42, 43, 44, 45], 4),  # first's 2nd block was partial
+        (a[:7], a[:6] + [40, 41, 42, 43, 44, 45], 4),  # a partial common block
+        (a, [9, 9, 9, 9] + a[4:], 4),             # blocks 2 and 3 equal, block 1 not
+        (a, a + [7], 16),                         # no full block at all
+        (a[:5], a[:5], 1),                        # block size 1: all but the last
+        (a, a[:1], 4),                            # a one-token prompt
+    ]
+    cases = [Case((list(f), list(s), bs), _shared_blocks(f, s, bs))
+             for f, s, bs in args]
+    return report(run_cases(
+        "Exercise 9.7 (shared_blocks)", fn, cases,
+        compare=lambda got, exp: type(got) is int and got == exp,
+        hint="count the tokens the two prompts share from the start; only whole "
+             "blocks of that prefix match (a block's hash chains every block before "
+             "it), only blocks first filled completely, and second looks up only "
+             "(len(second) - 1) // block_size blocks: its last token is always "
+             "computed."))

@@ -435,6 +435,31 @@ MESSAGES: dict[str, str] = {
         ("缺省或为 null 表示默认值（0，关闭）；-1 也表示关闭；"
          "只接受 [0, vocab_size] 内真正的 int（在 Python 中 True 也是 int，"
          "5.0 则不是）；其他任何值都抛出 APIError(400, message, param='top_k')。"),
+    # ch09.py:168
+    ("with no budget return needs as they are; else give every decoding request (need "
+     "1) its token first, raise ValueError if the budget cannot cover them, then walk "
+     "the prefilling requests oldest first, each taking min(need, what is left)."):
+        ("没有预算时原样返回 needs；否则先给每个正在解码的请求（need 为 1）"
+         "分一个词元，预算不够分给它们时抛出 ValueError；然后从最早的开始"
+         "依次处理正在预填充的请求，每个取 min(need, 剩余预算)。"),
+    # ch09.py:208
+    ("loop while the new blocks of the requests still running exceed free: take the "
+     "last of them (the most recently admitted, whatever it needs), add its held "
+     "blocks to free, drop its new blocks from the sum; when only one is left and it "
+     "still does not fit, raise RuntimeError."):
+        ("只要仍在运行的请求所需的新块总数超过 free 就继续循环：取其中最后一个"
+         "（最近接纳的那个，不管它需要多少块），把它持有的块加回 free，"
+         "并从总数中去掉它所需的新块；只剩一个请求却仍放不下时，"
+         "抛出 RuntimeError。"),
+    # ch09.py:248
+    ("count the tokens the two prompts share from the start; only whole blocks of "
+     "that prefix match (a block's hash chains every block before it), only blocks "
+     "first filled completely, and second looks up only (len(second) - 1) // "
+     "block_size blocks: its last token is always computed."):
+        ("数出两个提示词从开头起相同的词元数；只有这段公共前缀中的完整块才能命中"
+         "（块的哈希串联了它之前的每一个块），且只有 first 中被完全填满的块"
+         "才会缓存；second 只查找 (len(second) - 1) // block_size 个块："
+         "它的最后一个词元总是要计算。"),
     # ch10.py:24
     ("guess i survives only if guesses 1..i all do: probability alpha**i; add the "
      "one token the target always contributes (alpha = 1: k + 1)."):

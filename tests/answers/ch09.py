@@ -54,6 +54,69 @@ def _read_top_k(body, vocab_size, mode="ok"):
     return max(int(value), 0)
 
 
+def _schedule(needs, budget, mode="ok"):
+    if budget is None or mode == "no_budget":
+        return list(needs)
+    plan = [1 if n == 1 else 0 for n in needs]
+    left = budget - sum(plan)
+    if left < 0 and mode != "no_raise":  # no_raise: the decodes overrun the budget
+        raise ValueError("the budget cannot cover the decodes")
+    if mode == "prefill_first":  # the budget walked in order, decodes included
+        plan, left = [], budget
+        for n in needs:
+            plan.append(min(n, left))
+            left -= plan[-1]
+        return plan
+    order = range(len(needs) - 1, -1, -1) if mode == "youngest_first" else range(
+        len(needs))
+    for i in order:
+        if needs[i] > 1 and left > 0:
+            plan[i] = min(needs[i], left)
+            left -= plan[i]
+    return plan
+
+
+def _preempt(running, free, mode="ok"):
+    original, running, preempted = list(running), list(running), []
+    while True:
+        need = sum(new for _, _, new in running)
+        if mode == "keeps_new_blocks":  # the preempted still counted as needing theirs
+            need += sum(new for rid, _, new in original if rid in preempted)
+        if not (need >= free if mode == "one_too_many" else need > free):
+            return preempted
+        if len(running) == (2 if mode == "one_too_few" else 1):
+            if mode == "no_raise":
+                return preempted
+            raise RuntimeError("the oldest request alone does not fit")
+        if mode == "oldest":
+            victim = running.pop(0)
+        elif mode == "neediest":
+            victim = running.pop(max(range(len(running)),
+                                     key=lambda i: (running[i][2], i)))
+        else:
+            victim = running.pop()
+        if mode != "keeps_held_blocks":
+            free += victim[1]
+        preempted.append(victim[0])
+
+
+def _shared_blocks(first, second, block_size, mode="ok"):
+    n = min(len(first), len(second))
+    common = next((i for i in range(n) if first[i] != second[i]), n)
+    looked_up = (len(second) - 1) // block_size
+    if mode == "partial_block":  # a block counts when its tokens so far match
+        return min(-(-common // block_size), looked_up)
+    if mode == "no_last_token_rule":
+        return min(common, len(first)) // block_size
+    if mode == "skips_last_block":  # the block holding the last token, always
+        return min(common // block_size, len(second) // block_size - 1)
+    if mode == "independent_blocks":  # each block compared on its own, no chain
+        return sum(first[i * block_size:(i + 1) * block_size]
+                   == second[i * block_size:(i + 1) * block_size]
+                   for i in range(min(len(first) // block_size, looked_up)))
+    return min(common // block_size, len(first) // block_size, looked_up)
+
+
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
     "ch09.check_static_steps": (
@@ -75,4 +138,19 @@ ANSWERS = {
          for mode in ("null_refused", "bool_passes", "float_passes", "no_upper_bound",
                       "minus_one_refused", "minus_one_kept")]
         + [lambda body, v: max(int(body.get("top_k") or 0), 0)]),  # no checks at all
+    "ch09.check_schedule_step": (
+        _schedule,
+        [lambda needs, budget, mode=mode: _schedule(needs, budget, mode)
+         for mode in ("no_budget", "no_raise", "prefill_first", "youngest_first")]),
+    "ch09.check_preempt": (
+        _preempt,
+        [lambda running, free, mode=mode: _preempt(running, free, mode)
+         for mode in ("oldest", "neediest", "keeps_held_blocks", "keeps_new_blocks",
+                      "one_too_many", "one_too_few", "no_raise")]),
+    "ch09.check_shared_blocks": (
+        _shared_blocks,
+        [lambda first, second, block_size, mode=mode: _shared_blocks(
+            first, second, block_size, mode)
+         for mode in ("partial_block", "no_last_token_rule", "skips_last_block",
+                      "independent_blocks")]),
 }
