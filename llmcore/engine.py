@@ -17,9 +17,10 @@ engine refill only when the whole batch has finished (static batching), and max_
 serves one request at a time, so the policies can be compared on the same code.
 
 Admission is "reserve" (the blocks for prompt + max_tokens must be free, so a running
-request never runs out) or "optimistic" (the blocks for what is computed now; when the
-pool runs out, the most recently admitted request is preempted: its blocks are freed and
-it is recomputed later from its prompt and the tokens it already has). With
+request never runs out) or "optimistic" (the blocks for what is computed now, leaving a
+free block for each running request; when the pool runs out, the most recently admitted
+request is preempted: its blocks are freed and it is recomputed later from its prompt and
+the tokens it already has). With
 `prefix_caching=True`, full blocks of prompt tokens are shared between requests that
 start the same way (chapter 6's PrefixCachingKVCache) and their prefill is skipped.
 
@@ -362,15 +363,20 @@ class Engine:
         return admitted
 
     def _fits(self, seq: Hashable, st: _State, tokens: int) -> bool:
-        """Reserve the blocks a new request needs now: those for `tokens` tokens
-        (optimistic), or all it may ever need, without taking blocks promised to the
-        running requests (reserve)."""
+        """Reserve the blocks a new request needs now: those for `tokens` tokens,
+        leaving a block free for each running request (optimistic), or all it may ever
+        need, without taking blocks promised to the running requests (reserve)."""
         if self.admission == "reserve":
             promise = {s: self._blocks(len(r.request.prompt_ids)
                                        + r.request.params.max_tokens)
                        for s, r in [*self.running.items(), (seq, st)]}
             owed = sum(need - len(self.cache.tables[s]) for s, need in promise.items())
             if owed > self.cache.allocator.num_free:
+                return False
+        else:  # keep one free block for each running request (a watermark), so
+            # that a newcomer does not force a preemption in the very next step
+            need = self._blocks(tokens) - len(self.cache.tables[seq])
+            if need + len(self.running) > self.cache.allocator.num_free:
                 return False
         try:
             self.cache.reserve({seq: tokens})

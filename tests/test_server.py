@@ -11,6 +11,7 @@ a test instead of hanging the suite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -80,12 +81,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def url():
     """The base URL of one `python -m llmcore.server` process for the whole module."""
+    with _server_process("--max-batch", "8") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _server_process(*options: str):
+    """Start `python -m llmcore.server` with these options on a free port of
+    127.0.0.1; yield its base URL once /health answers; stop it afterwards."""
     port = _free_port()
     log = tempfile.TemporaryFile()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmcore.server", "--model", MODEL, "--host",
-         "127.0.0.1", "--port", str(port), "--api-key", KEY, "--max-batch", "8",
+         "127.0.0.1", "--port", str(port), "--api-key", KEY, *options,
          "--device", "cpu", "--dtype", "float32"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -1118,3 +1127,39 @@ def test_32_concurrent_streams_equal_their_serial_answers(url, tiny):
     assert errors == []
     assert got == wants
     _wait_for(lambda: _idle(url), "every block back in the pool")
+
+
+def test_prefix_caching_chunks_and_preemption_behind_the_api(tiny):
+    """A server with --prefix-caching, --token-budget and optimistic admission in a
+    pool too small for its batch: 12 concurrent requests that share a long prefix get
+    the texts they get alone, usage reports the prompt tokens served from the cache,
+    and every block comes back."""
+    shared = "".join(LOAD_PROMPTS) * 8 + "# task "
+    jobs = [(f"{shared}{i}\n", 24 + (i * 7) % 33) for i in range(12)]
+    wants = [_expected(tiny, p, max_tokens=m).text for p, m in jobs]
+
+    async def one(client, prompt, max_tokens):
+        return await client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0)
+
+    async def run(base):
+        client = openai.AsyncOpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0,
+                                    timeout=TIMEOUT)
+        async with client:
+            return await asyncio.wait_for(asyncio.gather(
+                *(one(client, p, m) for p, m in jobs), return_exceptions=True),
+                TEST_LIMIT - 40)
+    with _server_process("--max-batch", "8", "--prefix-caching", "--token-budget",
+                         "64", "--admission", "optimistic", "--num-blocks",
+                         "40") as base:
+        got = asyncio.run(run(base))
+        assert [g for g in got if isinstance(g, BaseException)] == []
+        assert [g.choices[0].text for g in got] == wants
+        cached = [g.usage.prompt_tokens_details.cached_tokens for g in got]
+        assert all(c % 16 == 0 and c < g.usage.prompt_tokens
+                   for c, g in zip(cached, got))
+        assert sum(cached) > 0  # later requests reuse the prefix's blocks
+        metrics = _metrics(base)
+        assert metrics["llmcore_prompt_tokens_cached_total"] == sum(cached)
+        assert "llmcore_preemptions" in metrics
+        _wait_for(lambda: _idle(base), "every block back in the pool")
