@@ -17,6 +17,15 @@ slot index. Before the first layer of a forward pass the model calls
 `cache.begin_forward(positions)` once, so the cache knows a new pass has started and
 where its tokens go (see llmcore.model.Transformer). Without a cache, attention is plain
 causal self-attention over the given sequence.
+
+A cache may also offer `cache.attend(layer_idx, positions, q, k, v) -> out or None`
+(q: (batch, n_heads, seq, head_dim), after RoPE): it writes k, v as update() would and
+returns softmax(q k^T / sqrt(head_dim)) v of shape (batch, n_heads, seq, head_dim),
+each query over the keys of its own row at positions up to its own, query head h
+reading kv head h // (n_heads // n_kv_heads); or it returns None having written
+nothing, and the layer calls update(). A layer asks only when its attention is plain
+causal (no attention_mask, no sliding window). llmcore.paged attends over its block
+table this way, without gathering a padded copy of every row's keys.
 """
 
 import math
@@ -198,16 +207,19 @@ class Attention(nn.Module):
         # -> (batch, heads, seq, head_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
 
-        if kv_cache is not None:
-            k, v = kv_cache.update(layer_idx, positions, k, v)
-        mask, is_causal = self._mask(
-            positions, k.shape[-2], kv_cache is not None, attention_mask
-        )
-
-        n_rep = self.n_heads // self.n_kv_heads
-        out = self.attend(
-            q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=mask, is_causal=is_causal
-        )
+        out = None
+        if (kv_cache is not None and attention_mask is None
+                and self.sliding_window is None and hasattr(kv_cache, "attend")):
+            out = kv_cache.attend(layer_idx, positions, q, k, v)  # None: not this pass
+        if out is None:
+            if kv_cache is not None:
+                k, v = kv_cache.update(layer_idx, positions, k, v)
+            mask, is_causal = self._mask(
+                positions, k.shape[-2], kv_cache is not None, attention_mask
+            )
+            n_rep = self.n_heads // self.n_kv_heads
+            out = self.attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=mask,
+                              is_causal=is_causal)
         return self.o_proj(
             out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim)
         )

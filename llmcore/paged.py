@@ -91,6 +91,13 @@ class PagedKVCache:
     Storage: one tensor (n_layers, 2, n_kv_heads, num_blocks * block_size, head_dim);
     token position p of a sequence lives in slot
     table[p // block_size] * block_size + p % block_size.
+
+    Two ways to read it back: update() gathers every row's keys and values into a
+    (batch, longest) copy laid out by position, the model's contract; attend()
+    computes attention over the block table itself, each query reading only the blocks
+    of its row up to its position, so a pass costs the batch's real context. It takes
+    a pass of several rows whenever that reads no more blocks than the padded copy
+    (block_attention=False: never).
     """
 
     def __init__(
@@ -101,6 +108,7 @@ class PagedKVCache:
         device=None,
         dtype=None,
         allocator: BlockAllocator | None = None,
+        block_attention: bool = True,
     ):
         self.allocator = allocator or BlockAllocator(num_blocks, block_size)
         if ((self.allocator.num_blocks, self.allocator.block_size)
@@ -110,6 +118,7 @@ class PagedKVCache:
         device = pick_device(device)
         dtype = resolve_dtype(dtype, device)
         self.block_size, self.n_layers = block_size, cfg.n_layers
+        self.block_attention = block_attention
         self.pool = torch.zeros(
             cfg.n_layers, 2, cfg.n_kv_heads, num_blocks * block_size, cfg.head_dim,
             device=device, dtype=dtype)
@@ -124,6 +133,10 @@ class PagedKVCache:
         # slots to read back.
         self._write_slots: torch.Tensor | None = None
         self._read_slots: torch.Tensor | None = None
+        # Also set by begin_forward when attend() takes the pass: for each pair of a
+        # query and a block it reads, the query, the block, and the slots it may see.
+        self._pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._writing_only = False  # attend() writes through update()
 
     @property
     def nbytes(self) -> int:
@@ -148,7 +161,7 @@ class PagedKVCache:
         if unknown:
             raise KeyError(f"unknown sequence(s) {unknown}; add_sequence() them first")
         self.batch = list(seq_ids)
-        self._write_slots = self._read_slots = None
+        self._write_slots = self._read_slots = self._pairs = None
 
     def free_sequence(self, seq_id: Hashable) -> None:
         """Return a finished sequence's blocks to the pool."""
@@ -157,14 +170,14 @@ class PagedKVCache:
             self.allocator.decref(block)
         del self.lengths[seq_id]
         self.batch = [s for s in self.batch if s != seq_id]
-        self._write_slots = self._read_slots = None
+        self._write_slots = self._read_slots = self._pairs = None
 
     def update(
         self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ):
         """Write k, v (batch, n_kv_heads, seq, head_dim) into the slots of `positions`
         (batch, seq), then gather every row's keys and values for positions 0 ..
-        (its last) in order."""
+        (its last) in order (None when attend() writes: it reads the blocks itself)."""
         if self._write_slots is None:
             raise RuntimeError("PagedKVCache.update() before begin_forward(positions): "
                                "call set_batch(seq_ids), then run the model (it "
@@ -177,12 +190,55 @@ class PagedKVCache:
         layer[1].index_copy_(
             1, self._write_slots, v.transpose(0, 1).reshape(h, b * s, d)
         )
+        if self._writing_only:
+            return None
         n = self._read_slots.shape[1]
         keys = (layer[0].index_select(1, self._read_slots.flatten()).view(h, b, n, d)
                 .transpose(0, 1))
         values = (layer[1].index_select(1, self._read_slots.flatten()).view(h, b, n, d)
                   .transpose(0, 1))
         return keys, values
+
+    def attend(
+        self,
+        layer_idx: int,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """Write k, v as update() does, then causal attention of q (batch, n_heads, seq,
+        head_dim) over the blocks of each row: (batch, n_heads, seq, head_dim). None,
+        with nothing written, for a pass that begin_forward left to update()."""
+        if self._pairs is None:
+            return None
+        self._writing_only = True  # through update(): a subclass sees every write
+        try:
+            self.update(layer_idx, positions, k, v)
+        finally:
+            self._writing_only = False
+        query, block, visible = self._pairs
+        b, n_heads, s, d = q.shape
+        h = k.shape[1]
+        rep = n_heads // h  # query head kv * rep + r reads kv head kv
+        layer = self.pool[layer_idx].unflatten(2, (-1, self.block_size))
+        keys = layer[0].index_select(1, block)  # (h, pairs, block_size, d)
+        values = layer[1].index_select(1, block)
+        # queries as (h, b * s, rep, d); pair i belongs to query[i]
+        qs = q.view(b, h, rep, s, d).permute(1, 0, 3, 2, 4).reshape(h, b * s, rep, d)
+        scores = (qs.index_select(1, query) @ keys.transpose(-1, -2)) * d**-0.5
+        scores = scores.float().masked_fill(~visible[None, :, None], float("-inf"))
+        # One softmax across all the blocks of a query: subtract its largest score,
+        # sum weights and weighted values block by block into the query's row.
+        top = scores.new_full((h, b * s, rep), float("-inf")).scatter_reduce(
+            1, query[None, :, None].expand(h, -1, rep), scores.amax(-1), "amax")
+        weights = torch.exp(scores - top.index_select(1, query)[..., None])
+        total = scores.new_zeros(h, b * s, rep).index_add_(1, query, weights.sum(-1))
+        out = scores.new_zeros(h, b * s, rep, d).index_add_(
+            1, query, (weights.to(values.dtype) @ values).float())
+        out = (out / total[..., None]).to(q.dtype)
+        out = out.view(h, b, s, rep, d).permute(1, 0, 3, 2, 4)
+        return out.reshape(b, n_heads, s, d)
 
     def reserve(self, lengths: dict[Hashable, int]) -> None:
         """Grow the block tables so that each sequence can hold lengths[seq_id] tokens.
@@ -229,6 +285,25 @@ class PagedKVCache:
         ).flatten()
         span = torch.arange(max(ends), device=positions.device)
         self._read_slots = table[:, span // bs] * bs + span % bs  # (batch, max end)
+        self._pairs = None
+        if self.block_attention and len(self.batch) > 1:
+            self._pairs = self._block_pairs(table, positions)
+
+    def _block_pairs(self, table: torch.Tensor, positions: torch.Tensor):
+        """attend()'s plan: every (query, block) pair of the pass, or None when the
+        pairs outnumber the padded copy's blocks (a prefill, where every query would
+        read its row's blocks again)."""
+        bs, (b, s), device = self.block_size, positions.shape, positions.device
+        counts = (positions // bs + 1).flatten()  # blocks that each query reads
+        if int(counts.sum()) > b * table.shape[1]:
+            return None
+        query = torch.repeat_interleave(torch.arange(b * s, device=device), counts)
+        first = counts.cumsum(0) - counts  # the first pair of each query
+        logical = torch.arange(len(query), device=device) - first[query]
+        block = table[query // s, logical]
+        slot_positions = logical[:, None] * bs + torch.arange(bs, device=device)
+        visible = slot_positions <= positions.flatten()[query][:, None]
+        return query, block, visible
 
 
 # %% chapters/06_kv_cache.ipynb § Prefix caching: computing a shared prompt once

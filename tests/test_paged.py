@@ -236,3 +236,127 @@ def test_reserve_grows_tables_all_or_nothing():
     with pytest.raises(PoolExhaustedError, match="3 more block"):
         cache.reserve({"a": 12, "b": 9})  # 1 + 2 blocks needed, 2 free
     assert [len(cache.tables[s]) for s in "ab"] == [2, 1] and cache.allocator.num_free == 2
+
+
+# Attention over the block table (PagedKVCache.attend) against the padded gather and a contiguous cache
+
+def _three_ways(cfg, dtype, prompts, passes, block_size=4):
+    """Logits of every pass through a paged cache that attends over its blocks, one that gathers a
+    padded copy, and one contiguous KVCache per row; and whether each pass took the block path."""
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(dtype).eval()
+    caches = {flag: PagedKVCache(cfg, num_blocks=64, block_size=block_size, device="cpu", dtype=dtype,
+                                 block_attention=flag) for flag in (True, False)}
+    alone = [KVCache(cfg, 1, 64, device="cpu", dtype=dtype) for _ in prompts]
+    logits, took = {True: [], False: [], "alone": []}, []
+    with torch.inference_mode():
+        for row, prompt in enumerate(prompts):  # prefill each row alone
+            ids, pos = torch.tensor([prompt]), torch.arange(len(prompt))[None]
+            for flag, cache in caches.items():
+                cache.add_sequence(row)
+                cache.set_batch([row])
+                logits[flag].append(model(ids, positions=pos, kv_cache=cache))
+            logits["alone"].append(model(ids, positions=pos, kv_cache=alone[row]))
+        ends = [len(p) for p in prompts]
+        for ids in passes:  # then passes over every row at its own positions
+            pos = torch.tensor(ends)[:, None] + torch.arange(ids.shape[1])
+            for flag, cache in caches.items():
+                cache.set_batch(list(range(len(prompts))))
+                logits[flag].append(model(ids, positions=pos, kv_cache=cache))
+            took.append(caches[True]._pairs is not None)
+            logits["alone"].append(torch.cat([model(ids[r:r + 1], positions=pos[r:r + 1], kv_cache=alone[r])
+                                              for r in range(len(prompts))]))
+            ends = [e + ids.shape[1] for e in ends]
+    return logits, took
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("extra", [dict(n_kv_heads=2), dict(n_kv_heads=4), dict(n_kv_heads=1),
+                                   dict(n_kv_heads=2, qk_norm=True)], ids=["gqa", "mha", "mqa", "qk-norm"])
+def test_attention_over_the_block_table_equals_the_padded_copy_and_a_contiguous_cache(extra, dtype, tol):
+    cfg = ModelConfig(**{**TINY, **extra})
+    prompts = [_ids(45, 1), _ids(3, 2), _ids(17, 3), _ids(9, 4)]  # very different lengths
+    gen = torch.Generator().manual_seed(5)
+    passes = [torch.randint(0, 256, (4, 2), generator=gen)]            # two new tokens per row
+    passes += [torch.randint(0, 256, (4, 1), generator=gen) for _ in range(4)]  # decode steps
+    logits, took = _three_ways(cfg, dtype, prompts, passes)
+    assert took == [True] * 5  # every batched pass here reads fewer blocks than the padded copy
+    for blocks, padded, alone in zip(logits[True], logits[False], logits["alone"]):
+        torch.testing.assert_close(blocks.float(), padded.float(), atol=tol, rtol=0)
+        torch.testing.assert_close(blocks.float(), alone.float(), atol=tol, rtol=0)
+
+
+def test_a_long_batched_prefill_stays_with_the_padded_copy():
+    # Two rows of 16 new tokens from position 0: every query would read its row's blocks again.
+    prompts = [_ids(2, 1), _ids(5, 2)]
+    logits, took = _three_ways(CFG, torch.float32, prompts, [torch.randint(0, 256, (2, 16))])
+    assert took == [False]
+    torch.testing.assert_close(logits[True][-1], logits["alone"][-1], atol=1e-4, rtol=0)
+
+
+def test_a_sliding_window_model_keeps_the_padded_path(monkeypatch):
+    cfg = ModelConfig(**{**TINY, "sliding_window": 6})
+    prompts = [_ids(20, 1), _ids(3, 2)]
+    monkeypatch.setattr(PagedKVCache, "attend", lambda *a: pytest.fail("attend() with a sliding window"))
+    logits, _ = _three_ways(cfg, torch.float32, prompts, [torch.randint(0, 256, (2, 1))] * 3)
+    for paged_, alone in zip(logits[True], logits["alone"]):
+        torch.testing.assert_close(paged_, alone, atol=1e-4, rtol=0)
+
+
+def test_attend_declines_one_row_and_writes_nothing_when_it_declines():
+    cache, model = _paged(), _model()
+    cache.add_sequence("a")
+    cache.set_batch(["a"])
+    calls = []
+    original = cache.update
+    cache.update = lambda *a: calls.append(a) or original(*a)
+    k = torch.randn(1, CFG.n_kv_heads, 3, CFG.head_dim)
+    cache.begin_forward(torch.arange(3)[None])
+    assert cache.attend(0, torch.arange(3)[None], torch.randn(1, CFG.n_heads, 3, CFG.head_dim), k, k) is None
+    assert calls == [] and not cache.pool.any()
+    model(torch.tensor([[1, 2, 3]]), positions=torch.arange(3)[None], kv_cache=cache)
+    assert len(calls) == CFG.n_layers  # the model then wrote through update(), once per layer
+
+
+def test_prefix_blocks_completed_in_a_block_table_pass_are_registered_after_the_last_layer():
+    model = _model()
+    cache = _paged(prefix=True)
+    prompt, other = _ids(10, 1), _ids(30, 2)
+    cache.add_sequence("a", prompt)
+    cache.add_sequence("b", other)
+    for seq, ids in (("a", prompt[:7]), ("b", other)):
+        cache.set_batch([seq])
+        model(torch.tensor([ids]), positions=torch.arange(len(ids))[None], kv_cache=cache)
+    assert len(cache.keys["a"]) == 1  # positions 0..6: one full block of 4
+    seen = []
+    original = cache._register_full_blocks
+    cache._register_full_blocks = lambda: seen.append(cache._pairs is not None) or original()
+    cache.set_batch(["a", "b"])  # "a" continues its prompt (position 7) while "b" decodes
+    model(torch.tensor([prompt[7:8], [7]]), positions=torch.tensor([[7], [30]]), kv_cache=cache)
+    assert seen == [True] and len(cache.keys["a"]) == 2  # once per pass, the block of 4..7 too
+    # a later prompt that starts the same way reuses both blocks, with the same next token
+    cache.add_sequence("c", prompt[:8] + [9, 9])
+    assert cache.lengths["c"] == 8
+    cache.set_batch(["c"])
+    warm = model(torch.tensor([[9, 9]]), positions=torch.tensor([[8, 9]]), kv_cache=cache)[0, -1]
+    cold = model(torch.tensor([prompt[:8] + [9, 9]]))[0, -1]
+    torch.testing.assert_close(warm, cold, atol=1e-4, rtol=0)
+
+
+def test_engine_greedy_tokens_are_the_same_with_and_without_attention_over_the_block_table():
+    from llmcore.engine import Engine, Request
+    from llmcore.pretrained import load_model
+    from llmcore.sampling import SamplingParams
+    model = load_model("tiny", device="cpu", dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    requests = [Request(f"r{i}", torch.randint(0, 4000, (int(n),), generator=gen).tolist(),
+                        SamplingParams(temperature=0.0, max_tokens=12))
+                for i, n in enumerate(torch.randint(4, 300, (12,), generator=gen))]
+    outputs = {}
+    for flag in (True, False):
+        engine = Engine(model, num_blocks=512, block_size=16, max_batch=12)
+        engine.cache.block_attention = flag
+        for r in requests:
+            engine.add_request(r)
+        outputs[flag] = {c.request_id: c.output_ids for c in engine.run()}
+    assert outputs[True] == outputs[False] and len(outputs[True]) == 12
