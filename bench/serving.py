@@ -397,6 +397,7 @@ def bench_tight(model, requests: list[Request], fraction: float, repeat: int) ->
     pool = int(need * fraction)
     reference, _, _ = engine_burst(model, requests, len(requests))
     seconds, preempted, same = {"reserve": [], "optimistic": []}, {}, True
+    batch = {}
     for round_ in range(repeat + 1):
         for admission in seconds:
             done, t, engine = engine_burst(model, requests, len(requests), pool,
@@ -404,6 +405,7 @@ def bench_tight(model, requests: list[Request], fraction: float, repeat: int) ->
             same &= all(done[k].output_ids == c.output_ids
                         for k, c in reference.items()) and len(done) == len(reference)
             preempted[admission] = engine.preemptions
+            batch[admission] = statistics.mean(engine.batch_sizes)
             if round_:
                 seconds[admission].append(t)
     tokens = sum(r.params.max_tokens for r in requests)
@@ -412,7 +414,7 @@ def bench_tight(model, requests: list[Request], fraction: float, repeat: int) ->
             "throughput": {k: tokens / med(v) for k, v in seconds.items()},
             "ratio": med(a / b for a, b in zip(seconds["reserve"],
                                                seconds["optimistic"])),
-            "preemptions": preempted, "same": same}
+            "preemptions": preempted, "batch": batch, "same": same}
 
 
 # -- the report ------------------------------------------------------------------------
@@ -490,15 +492,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{budget} | {row['p99'][name] * 1e3:.0f} ms | "
                       f"{row['mean'][name] * 1e3:.0f} ms | "
                       f"{row['throughput'][name]:.1f}")
-            cost = 1 - row["thr_ratio"]
+            thr = row["thr_ratio"]
             print(f"p99 gap {row['gap_ratio']:.1f}x lower with chunks (target >= 3x: "
-                  f"{verdict(row['gap_ratio'] >= 3)}); throughput {cost:+.1%} lower "
-                  f"(target < 10%: {verdict(cost < 0.10)}); tokens identical: "
-                  f"{row['same']}")
+                  f"{verdict(row['gap_ratio'] >= 3)}); throughput with chunks "
+                  f"{thr:.2f}x that without (target > 0.90x: {verdict(thr > 0.9)}); "
+                  f"tokens identical: {row['same']}")
             lines.append(f"chunked prefill: p99 gap {row['gap_ratio']:.1f}x lower "
                          f"(target >= 3x: {verdict(row['gap_ratio'] >= 3)}), "
-                         f"throughput cost {cost:.1%} (target < 10%: "
-                         f"{verdict(cost < 0.10)})")
+                         f"throughput {thr:.2f}x (target > 0.90x: "
+                         f"{verdict(thr > 0.9)})")
         del big, hf_big, hf_tiny
     if "trace" in args.only:
         row = bench_trace(tiny, requests, sizes.max_batch, sizes.loads, sizes.repeat)
@@ -538,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['need']} blocks, the pool has {row['pool']}")
         for name in ("reserve", "optimistic"):
             print(f"{name}: {row['throughput'][name]:.0f} tok/s, "
-                  f"{row['preemptions'][name]} preemptions")
+                  f"{row['preemptions'][name]} preemptions, "
+                  f"{row['batch'][name]:.1f} requests per decode pass on average")
         print(f"optimistic / reserve throughput {row['ratio']:.2f}x; tokens identical "
               f"to an ample pool's, both admissions: {row['same']}")
         lines.append(f"tight pool: optimistic {row['ratio']:.2f}x reserve's "
