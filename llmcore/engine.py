@@ -18,11 +18,11 @@ serves one request at a time, so the policies can be compared on the same code.
 
 Admission is "reserve" (the blocks for prompt + max_tokens must be free, so a running
 request never runs out) or "optimistic" (the blocks for what is computed now, leaving a
-free block for each running request; when the pool runs out, the most recently admitted
-request is preempted: its blocks are freed and it is recomputed later from its prompt and
-the tokens it already has). With
-`prefix_caching=True`, full blocks of prompt tokens are shared between requests that
-start the same way (chapter 6's PrefixCachingKVCache) and their prefill is skipped.
+free block for each running request; when the pool runs out, the most recently
+admitted request is preempted: its blocks are freed and it is recomputed later from its
+prompt and the tokens it already has). With `prefix_caching=True`, full blocks of
+prompt tokens are shared between requests that start the same way (chapter 6's
+PrefixCachingKVCache) and their prefill is skipped.
 
 Each request keeps chapter 8's `Reply`: it masks the request's row of logits (stop ids
 before min_tokens, a JSON constraint), takes each new token, and decides when the
