@@ -1081,8 +1081,11 @@ def test_backpressure_answers_503_with_retry_after(tiny, template):
             client.completions.create(model=MODEL, prompt=["a", "b"], n=2, max_tokens=2)
         assert "4 completions" in caught.value.message
         assert "at most 2" in caught.value.message
+        # min_tokens: no EOS can end a stream before the third request is refused
         streams = [client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
-                                             stream=True) for _ in range(2)]
+                                             stream=True,
+                                             extra_body={"min_tokens": 900})
+                   for _ in range(2)]
         _wait_for(lambda: server._in_flight == 2, "two requests in flight")
         third = httpx.post(server.url + "/v1/completions", timeout=TIMEOUT,
                            json={"prompt": CODE, "max_tokens": 4})
