@@ -1,7 +1,7 @@
 """Benchmark: speculative decoding, llmcore against transformers' assisted generation.
 
-Run: python bench/speculative.py [--new-tokens 128] [--k 4] [--repeat 5] [--threads N]
-                                 [--skip-verify-shape]
+Run: python bench/speculative.py [--new-tokens 128] [--k 4] [--lookup-k 8] [--repeat 5]
+                                 [--threads N] [--skip-verify-shape]
 
 Models: the book's bundled `tiny` (target) and `tiny-draft` (draft, same tokenizer),
 float32 on the CPU, loaded by both libraries from the same files (llmcore/data/tiny*,
@@ -20,9 +20,18 @@ rounds):
   step);
 - llmcore draft: `speculative_generate` with `FastDecoder(draft)` guessing k tokens, the
   target verifying them in one compiled pass (`llmcore.fast.verify_graph`);
-- llmcore lookup: `speculative_generate` with `PromptLookup()` (no draft model);
+- llmcore lookup: `speculative_generate` with `PromptLookup()` (no draft model), up to
+  `--lookup-k` guesses a round;
 - transformers plain / assisted (`assistant_model=`, k constant guesses) / lookup
-  (`prompt_lookup_num_tokens=k`): `model.generate` on the same weights.
+  (`prompt_lookup_num_tokens=` the same `--lookup-k`): `model.generate` on the same
+  weights.
+
+Each method has its own k. A draft model pays for every guess it makes (k draft steps,
+or one call of its draft graph), so a few guesses suit it (`--k`, 4). Prompt lookup's
+guesses cost a search, nothing against a step; a longer guess costs only a slightly
+longer verify pass, and on copied text it is kept whole, so it gets more (`--lookup-k`,
+8: chapter 10's `choose_k` exercise makes the same choice from measured costs).
+transformers gets the same k for each method.
 
 Also measured in the same run: what a verify pass costs against one decode step, for
 1..9 tokens, on the tiny model and on the SmolLM2-135M shape (random weights), and the
@@ -160,7 +169,9 @@ def guesses_cost(model, k: int, context: int = 256, reps: int = 15) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--k", type=int, default=4, help="draft model's guesses a round")
+    ap.add_argument("--lookup-k", type=int, default=8,
+                    help="prompt lookup's guesses a round")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-verify-shape", action="store_true",
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    dtype, k, n_new = torch.float32, args.k, args.new_tokens
+    dtype, k, lookup_k, n_new = torch.float32, args.k, args.lookup_k, args.new_tokens
     target, tokenizer = load("tiny", dtype=dtype)
     draft, _ = load("tiny-draft", dtype=dtype)
     fast_target, fast_draft = FastDecoder(target), FastDecoder(draft)
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     lookup = PromptLookup()
     cases = prompts(tokenizer)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
-          f"greedy, {n_new} new tokens, k = {k}; "
+          f"greedy, {n_new} new tokens, k = {k} (draft), {lookup_k} (lookup); "
           f"target {target.num_parameters() / 1e6:.1f}M, "
           f"draft {draft.num_parameters() / 1e6:.1f}M parameters")
 
@@ -197,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         "llmcore draft": lambda ids: speculative_generate(
             fast_target, fast_draft, None, ids, params, k=k, eos_token_ids=[]),
         "llmcore lookup": lambda ids: speculative_generate(
-            fast_target, lookup, None, ids, params, k=k, eos_token_ids=[]),
+            fast_target, lookup, None, ids, params, k=lookup_k, eos_token_ids=[]),
         "transformers plain": lambda ids: (hf(ids), None),
         "transformers draft": lambda ids: (hf(ids, assistant_model=hf_draft), None),
-        "transformers lookup": lambda ids: (hf(ids, prompt_lookup_num_tokens=k), None),
+        "transformers lookup": lambda ids: (hf(ids, prompt_lookup_num_tokens=lookup_k),
+                                            None),
     }
     seconds = {(c, v): [] for c in cases for v in variants}
     tokens, stats = {}, {}
@@ -250,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             kept = ""
             if key in stats:
                 st = stats[key]
-                kept = f"{st.tokens_per_pass - 1:.2f} of {k}"
+                most = lookup_k if name == "llmcore lookup" else k
+                kept = f"{st.tokens_per_pass - 1:.2f} of {most}"
                 if name == "llmcore draft":
                     rounds = st.proposed_per_pass
                     cost = sum(t_guesses + costs[g + 1] for g in rounds)

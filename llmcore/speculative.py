@@ -44,10 +44,12 @@ def accept_greedy(target_logits: torch.Tensor,
         raise ValueError(f"target_logits must have shape (k + 1, vocab) = ({k + 1}, "
                          f"vocab) for {k} draft tokens, got "
                          f"{tuple(target_logits.shape)}")
-    choices = target_logits.argmax(dim=-1)
-    agree = (choices[:k] == draft_tokens).int()
-    accepted = int(agree.cumprod(dim=0).sum())  # length of the agreeing prefix
-    return accepted, int(choices[accepted])
+    # Python lists: k + 1 numbers, where tensor ops would cost more than the work
+    choices, guesses = target_logits.argmax(dim=-1).tolist(), draft_tokens.tolist()
+    accepted = 0
+    while accepted < k and guesses[accepted] == choices[accepted]:
+        accepted += 1  # the agreeing prefix
+    return accepted, choices[accepted]
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -183,6 +185,9 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
     if not drafter and not hasattr(draft, "cfg"):
         raise TypeError("draft must be a model or a drafter with a propose(tokens, k) "
                         f"method such as PromptLookup(); got {type(draft).__name__}")
+    if draft is target:  # one object cannot keep two caches here
+        raise ValueError("draft is the target itself, which would only repeat its "
+                         "work; pass a smaller model (or a copy) or a drafter")
     if not drafter and draft.cfg.vocab_size != vocab:
         raise ValueError(f"the draft's vocabulary ({draft.cfg.vocab_size}) differs "
                          f"from the target's ({vocab}); both must share one tokenizer")
@@ -212,6 +217,8 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
 
     def ban(logits: torch.Tensor, first: int) -> torch.Tensor:
         """Row j predicts completion token first + j: mask what the Reply bans there."""
+        if not reply.banned_ids(first):  # bans end at min_tokens: none here, none after
+            return logits
         logits = logits.float().clone()
         for j in range(logits.shape[0]):
             logits[j, reply.banned_ids(first + j)] = -math.inf
@@ -271,7 +278,9 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
         # 3. Keep the prefix of guesses the target agrees with, then a token of its own.
         guess_ids = torch.tensor(guesses, dtype=torch.long, device=device)
         if params.greedy:
-            scores = greedy_scores(target_logits, params)
+            # (a logit bias is the only processor greedy scores can have)
+            scores = (greedy_scores(target_logits, params) if params.logit_bias
+                      else target_logits)
             accepted, extra = accept_greedy(scores, guess_ids)
         else:
             accepted, extra = accept_sampled(distribution(target_logits, params),

@@ -257,6 +257,35 @@ def test_compiled_verify_passes_match_the_model(overrides, monkeypatch):
         assert counters["stats"]["unique_graphs"] - before <= 2, "recompiled for a new n"
 
 
+def test_verify_passes_on_one_cache_reuse_one_graph_as_it_grows():
+    """The loop's pattern: many verify passes of varying n on one growing cache (its
+    slots are marked dynamic once, at the first pass); each pass equals the model's,
+    and none compiles again."""
+    from torch._dynamo.utils import counters
+
+    model = _model()
+    fast_model = FastDecoder(model)
+    ids = _prompt(length=60, seed=5)
+    caches = [_cache(model.cfg, 60) for _ in range(2)]
+    with torch.inference_mode():
+        for cache in caches:
+            model(ids[:, :4], positions=torch.arange(4), kv_cache=cache)
+        fast_model(ids[:, 4:7], positions=torch.arange(4, 7), kv_cache=caches[1])
+        before = counters["stats"]["unique_graphs"]
+        start = 4
+        for n in (3, 5, 2, 9, 4, 6, 2, 8, 5):
+            positions = torch.arange(start, start + n)
+            got = fast_model(ids[:, start:start + n], positions=positions,
+                             kv_cache=caches[1])
+            want = model(ids[:, start:start + n], positions=positions,
+                         kv_cache=caches[0])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            start += n - 1  # the next pass rewrites the last slot, as a rejection does
+        torch.testing.assert_close(caches[1].k[..., :start, :],
+                                   caches[0].k[..., :start, :], atol=1e-5, rtol=0)
+    assert counters["stats"]["unique_graphs"] == before, "a later pass compiled again"
+
+
 def test_verify_passes_give_speculative_decoding_the_same_tokens():
     from llmcore.sampling import SamplingParams
     from llmcore.speculative import PromptLookup, speculative_generate

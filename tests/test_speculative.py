@@ -272,6 +272,8 @@ def test_prompt_lookup_argument_errors():
             speculative_generate(target, drafter, None, [1], params, k=2)
     with pytest.raises(ValueError, match="k >= 1"):
         speculative_generate(target, PromptLookup(), None, [1], params, k=0)
+    with pytest.raises(ValueError, match="draft is the target itself"):
+        speculative_generate(target, target, None, [1, 2], params, k=2)
     with pytest.raises(ValueError, match="repetition_penalty"):
         speculative_generate(target, PromptLookup(), None, [1], SamplingParams(repetition_penalty=1.2))
 
@@ -291,6 +293,24 @@ def test_bundled_models_prompt_lookup_on_a_copy_heavy_prompt():
             expected.token_ids, expected.text, expected.finish_reason)
     assert result.finish_reason == "stop"
     assert stats.tokens_per_pass > 2.5  # the model copies the table's shape, and the lookup with it
+
+
+def test_greedy_logit_bias_acts_on_the_verify_rows_as_in_generate():
+    """A greedy request's logit bias is the one processor its argmax sees; the loop
+    applies it to every row of the verify pass (and skips the processors without one)."""
+    from llmcore.generate import generate
+    from llmcore.pretrained import load
+    target, tokenizer = load("tiny", device="cpu", dtype=torch.float32)
+    draft, _ = load("tiny-draft", device="cpu", dtype=torch.float32)
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
+    plain = generate(target, tokenizer, prompt, SamplingParams(temperature=0.0, max_tokens=24))
+    for bias in ({plain.token_ids[3]: -100.0}, {plain.token_ids[0]: -100.0, 7: 4.0}):
+        params = SamplingParams(temperature=0.0, max_tokens=24, logit_bias=bias)
+        expected = generate(target, tokenizer, prompt, params)
+        assert expected.token_ids != plain.token_ids  # the bias changes the path
+        for drafter in (PromptLookup(2), draft):
+            result, _ = speculative_generate(target, drafter, tokenizer, prompt, params, k=3)
+            assert result.token_ids == expected.token_ids
 
 
 # The bonus token: when all k guesses are kept, it comes from row k of the verify pass.
