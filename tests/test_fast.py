@@ -258,9 +258,8 @@ def test_compiled_verify_passes_match_the_model(overrides, monkeypatch):
 
 
 def test_verify_passes_on_one_cache_reuse_one_graph_as_it_grows():
-    """The loop's pattern: many verify passes of varying n on one growing cache (its
-    slots are marked dynamic once, at the first pass); each pass equals the model's,
-    and none compiles again."""
+    """The loop's pattern: many verify passes of varying n on one growing cache, each
+    after a rejection; each pass equals the model's, and none compiles again."""
     from torch._dynamo.utils import counters
 
     model = _model()
