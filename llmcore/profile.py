@@ -8,7 +8,8 @@
 FLOPs and bytes of a forward pass for prefill (many new tokens) and decode (one new
 token per sequence), computed from a ModelConfig alone; the shapes of a few published
 models and accelerators; the measured ceilings of the machine at hand (matmul FLOP/s,
-copy bandwidth); and a roofline that says which ceiling limits a given piece of work.
+read and copy bandwidth); and a roofline that says which ceiling limits a given piece of
+work.
 """
 from __future__ import annotations
 
@@ -218,6 +219,28 @@ def measure_copy_bandwidth(
     return 2 * src.nbytes / seconds
 
 
+def measure_read_bandwidth(
+    device: str | torch.device | None = None,
+    nbytes: int | None = None,
+    repeats: int = 5,
+) -> float:
+    """Bytes per second a streaming reduction reads: the ceiling for work that reads.
+
+    Summing N bytes reads each once and writes almost nothing, like a decode step reading
+    its weights. The default buffer (512 MiB on a CPU, 2 GiB on a GPU) is far larger than
+    any last-level cache, so the bytes come from main memory; pass a small `nbytes` to
+    measure a cache instead. A copy (measure_copy_bandwidth) also writes what it reads,
+    and on most machines its rate is lower than this one.
+    """
+    device = pick_device(device)
+    n = nbytes or (2**29 if device.type == "cpu" else 2**31)
+    if n < 1024:
+        raise ValueError(f"nbytes must be at least 1024, got {n}")
+    src = torch.ones(n // 4, dtype=torch.float32, device=device)
+    seconds = median_time(src.sum, repeats=repeats, warmup=1, device=device)
+    return src.nbytes / seconds
+
+
 # %% chapters/05_prefill_decode.ipynb § The roofline of this machine
 @dataclass(frozen=True)
 class Roofline:
@@ -252,9 +275,10 @@ class Roofline:
 def measure_roofline(
     device: str | torch.device | None = None, dtype: torch.dtype | str | None = None
 ) -> Roofline:
-    """The measured ceilings of `device`: matmul FLOP/s in `dtype`
-    and copy bandwidth."""
-    return Roofline(measure_matmul_flops(device, dtype), measure_copy_bandwidth(device))
+    """The measured ceilings of `device`: matmul FLOP/s in `dtype` and the read
+    bandwidth of main memory (inference reads weights and caches far more than it
+    writes)."""
+    return Roofline(measure_matmul_flops(device, dtype), measure_read_bandwidth(device))
 
 
 def plot_roofline(
@@ -350,6 +374,6 @@ ACCELERATORS = {
 
 __all__ = ['matmul_weights', 'parameter_count', 'kv_bytes_per_token', 'Cost',
            'attention_flops', 'forward_cost', 'prefill_cost', 'decode_cost',
-           'median_time', 'measure_matmul_flops', 'measure_copy_bandwidth', 'Roofline',
-           'measure_roofline', 'plot_roofline', 'LLAMA31_ROPE', 'MODEL_SHAPES',
-           'Accelerator', 'ACCELERATORS']
+           'median_time', 'measure_matmul_flops', 'measure_copy_bandwidth',
+           'measure_read_bandwidth', 'Roofline', 'measure_roofline', 'plot_roofline',
+           'LLAMA31_ROPE', 'MODEL_SHAPES', 'Accelerator', 'ACCELERATORS']

@@ -9,6 +9,7 @@ from torch import nn
 from llmcore.model import ModelConfig, Transformer
 from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, Cost, Roofline, attention_flops, decode_cost,
                              forward_cost, kv_bytes_per_token, matmul_weights, measure_copy_bandwidth,
+                             measure_read_bandwidth,
                              measure_matmul_flops, measure_roofline, median_time, parameter_count, plot_roofline,
                              prefill_cost)
 
@@ -99,7 +100,13 @@ def test_median_time_ignores_outliers_and_counts_calls():
 def test_measured_ceilings_are_positive_and_finite():
     flops = measure_matmul_flops("cpu", torch.float32, size=128, repeats=2)
     bandwidth = measure_copy_bandwidth("cpu", nbytes=2**22, repeats=2)
-    assert 0 < flops < math.inf and 0 < bandwidth < math.inf
+    read = measure_read_bandwidth("cpu", nbytes=2**22, repeats=2)
+    assert 0 < flops < math.inf and 0 < bandwidth < math.inf and 0 < read < math.inf
+
+
+def test_read_bandwidth_refuses_a_buffer_too_small_to_time():
+    with pytest.raises(ValueError, match="nbytes must be at least 1024"):
+        measure_read_bandwidth("cpu", nbytes=16)
 
 
 def test_plot_roofline_draws_ceiling_and_points():
@@ -114,5 +121,6 @@ def test_plot_roofline_draws_ceiling_and_points():
 def test_measure_roofline_returns_a_roofline(monkeypatch):
     import llmcore.profile as profile
     monkeypatch.setattr(profile, "measure_matmul_flops", lambda device=None, dtype=None: 4e10)
-    monkeypatch.setattr(profile, "measure_copy_bandwidth", lambda device=None: 2e10)
-    assert measure_roofline() == Roofline(4e10, 2e10)
+    monkeypatch.setattr(profile, "measure_copy_bandwidth", lambda device=None: 1e10)
+    monkeypatch.setattr(profile, "measure_read_bandwidth", lambda device=None: 2e10)
+    assert measure_roofline() == Roofline(4e10, 2e10)  # the roof is the read bandwidth
