@@ -143,3 +143,26 @@ def test_chinese_edition_uses_chinese_captions_and_diagrams(site):
     zh_svg = (site / "zh" / "_images" / "pipeline.svg")
     assert en_svg.exists() and zh_svg.exists()
     assert en_svg.read_bytes() != zh_svg.read_bytes()  # the labels are Chinese
+
+
+def test_machine_dependent_outputs_name_the_machine_they_were_measured_on(site):
+    """book/_ext/run_notes.py: a line under every nbval-ignore-output cell (but the
+    machine-info and remove-output ones) names the run recorded in the notebook."""
+    import json
+
+    for nb in sorted((ROOT / "chapters").glob("*.ipynb")):
+        data = json.loads(nb.read_text(encoding="utf-8"))
+        cells = [c for c in data["cells"] if c["cell_type"] == "code"]
+        tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells]
+        expected = sum("nbval-ignore-output" in t
+                       and not t & {"machine-info", "remove-output"} for t in tags)
+        record = data["metadata"].get("llmcore", {}).get("execution")
+        for edition, page in (("en", site / "chapters" / f"{nb.stem}.html"),
+                              ("zh", site / "zh" / "chapters" / f"{nb.stem}.html")):
+            html = page.read_text(encoding="utf-8")
+            notes = re.findall(r'<p class="run-note">(.*?)</p>', html, re.S)
+            assert len(notes) == expected, (f"{edition} {nb.stem}: {len(notes)} run "
+                                            f"notes for {expected} measured cells")
+            if expected and record:
+                assert all(record["machine"] in n and record["date"] in n
+                           for n in notes), f"{edition} {nb.stem}: {notes[0]}"
