@@ -226,11 +226,11 @@ def measure_read_bandwidth(
 ) -> float:
     """Bytes per second a streaming reduction reads: the ceiling for work that reads.
 
-    Summing N bytes reads each once and writes almost nothing, like a decode step reading
-    its weights. The default buffer (512 MiB on a CPU, 2 GiB on a GPU) is far larger than
-    any last-level cache, so the bytes come from main memory; pass a small `nbytes` to
-    measure a cache instead. A copy (measure_copy_bandwidth) also writes what it reads,
-    and on most machines its rate is lower than this one.
+    Summing N bytes reads each once and writes almost nothing, like a decode step
+    reading its weights. The default buffer (512 MiB on a CPU, 2 GiB on a GPU) is far
+    larger than any last-level cache, so the bytes come from main memory; pass a small
+    `nbytes` to measure a cache instead. A copy (measure_copy_bandwidth) also writes
+    what it reads: another pattern, which decode does not have.
     """
     device = pick_device(device)
     n = nbytes or (2**29 if device.type == "cpu" else 2**31)
