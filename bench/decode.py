@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from llmcore.hf import load_pretrained  # noqa: E402
 from llmcore.kvcache import KVCache, greedy_generate  # noqa: E402
 from llmcore.profile import (matmul_weights, measure_copy_bandwidth,  # noqa: E402
                              measure_read_bandwidth)
+from tokenizer_train import cpu_name  # noqa: E402  (bench/ is on the path: this folder)
 
 SHAPES = {  # HF config.json fields of the random models
     "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -195,8 +195,7 @@ def main() -> None:
 
     import transformers
     device = torch.device(args.device)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        platform.processor() or platform.machine()
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"machine: {where}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, transformers {transformers.__version__}")
     records = []
