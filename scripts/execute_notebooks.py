@@ -133,6 +133,10 @@ class LoadMonitor:
         return self.others / max(self.seconds, 1e-9)
 
 
+class BusyMachineError(RuntimeError):
+    """The machine was too busy for the run's timings to be shown; nothing was written."""
+
+
 def wait_for_quiet(cores: int, wait: float) -> float:
     """The 1-minute load average once it is at most `cores`, or when `wait` s ran out."""
     deadline = time.monotonic() + wait
@@ -172,7 +176,7 @@ def execute(path: Path, timeout: int, out: Path | None = None, allow_errors: boo
             allow_busy: bool = False, wait: float = 300.0) -> float:
     """Execute `path` (kernel started in its folder) and write it to `out` (default: in
     place), recording the run's machine and load under metadata llmcore.execution.
-    Raises RuntimeError (and writes nothing) when the machine was busy, unless
+    Raises BusyMachineError (and writes nothing) when the machine was busy, unless
     allow_busy."""
     nb = nbformat.read(path, as_version=4)
     cores = os.cpu_count() or 1
@@ -190,7 +194,7 @@ def execute(path: Path, timeout: int, out: Path | None = None, allow_errors: boo
                    f"{cores} cores; other processes used {record['other_processes_cores']} "
                    f"cores on average, the limit is {OTHERS_LIMIT})")
         if not allow_busy:
-            raise RuntimeError(message + "; nothing written. Run it again on a quiet "
+            raise BusyMachineError(message + "; nothing written. Run it again on a quiet "
                                "machine, or pass --allow-busy to keep the outputs marked "
                                "busy.")
         print("!" * 88 + f"\n  WARNING {message};\n  outputs written anyway, marked busy "
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds = execute(path.resolve(), args.timeout, out, args.allow_errors,
                               args.allow_busy or out is not None,
                               0.0 if out is not None else args.wait)
-        except RuntimeError as error:
+        except BusyMachineError as error:
             print(f"  REFUSED: {error}", flush=True)
             failed.append(path.name)
             continue

@@ -229,5 +229,5 @@ def test_a_claim_section_without_a_verdict_fails():
     section = section_cells(cells, "decoding-without-a-cache")
     assert len(section) == 4  # the subsection belongs to it, the next section does not
     assert any("verdict" in _tags(c) for c in section)
-    assert not any("verdict" in _tags(c) for c in section_cells(cells[:2], "decoding-"
-                                                                          "without-a-cache"))
+    without = section_cells(cells[:2], "decoding-without-a-cache")
+    assert not any("verdict" in _tags(c) for c in without)
