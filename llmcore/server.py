@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+import tracemalloc
 import uuid
 from dataclasses import dataclass, replace
 
@@ -228,6 +229,9 @@ class Metrics:
                 ("preemptions", "running requests preempted so far (their KV "
                  "blocks freed, to be recomputed)", lambda: engine.preemptions)):
             Gauge(f"llmcore_{name}", doc, registry=r).set_function(read)
+        Gauge("llmcore_python_heap_bytes", "Python heap traced by tracemalloc "
+              "(--trace-memory; 0 when not tracing)", registry=r).set_function(
+                  lambda: tracemalloc.get_traced_memory()[0])
         self.prompt_tokens = Counter("llmcore_prompt_tokens", "prompt tokens of "
                                      "finished requests", registry=r)
         self.generation_tokens = Counter("llmcore_generation_tokens", "tokens "
@@ -749,7 +753,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="the engine's intra-op threads "
                         "(default: one less than torch's default, so that the HTTP "
                         "side has a core of its own)")
+    parser.add_argument("--trace-memory", action="store_true", help="trace "
+                        "Python allocations with tracemalloc: the gauge "
+                        "llmcore_python_heap_bytes (slows the server)")
     args = parser.parse_args(argv)
+    if args.trace_memory:
+        tracemalloc.start()
     import torch
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
     directory = model_dir(args.model)
