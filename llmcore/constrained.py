@@ -9,12 +9,14 @@ prefix of valid JSON, so that the finished text always parses.
 `json_step(state, byte)` is a byte-level pushdown automaton for JSON (RFC 8259): its
 state is a tuple used as a stack, and it returns None for a byte that no valid JSON
 could continue with. `JsonConstraint` walks a trie of the vocabulary with it to find the
-allowed tokens (remembered per state), and `mask_logits` sets every other logit to -inf.
+allowed tokens (remembered for the states met most recently), and `mask_logits` sets
+every other logit to -inf.
 The decode loops of chapter 8 on take it as `constraint=`: they sample under the mask
 and stop when the value is complete.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -134,10 +136,22 @@ def is_complete(state: tuple | None) -> bool:
 class JsonConstraint:
     """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary
     walked with json_step, the answer remembered for each automaton state (states
-    recur constantly)."""
+    recur constantly), for at most `max_states` states, the least recently used
+    forgotten first.
 
-    def __init__(self, tokenizer: Tokenizer, start: tuple = OBJECT_START):
+    Build one (it reads the whole vocabulary: in a server, off the event loop) and
+    share it between requests: its caches are functools.lru_cache, safe in any
+    thread."""
+
+    def __init__(self, tokenizer: Tokenizer, start: tuple = OBJECT_START,
+                 max_states: int = 4096):
+        if isinstance(max_states, bool) or not isinstance(max_states, int) or (
+            max_states < 1
+        ):
+            raise ValueError("max_states (how many states' masks to remember) must "
+                             f"be an int >= 1, got {max_states!r}")
         self.vocab_size, self.start = tokenizer.vocab_size, start
+        self.max_states = max_states
         self.trie: dict = {}
         special = set(tokenizer.special_tokens.values())
         self.token_bytes = [
@@ -151,26 +165,29 @@ class JsonConstraint:
                 node = node.setdefault(b, {})
             # key None: the tokens that end here
             node.setdefault(None, []).append(token)
-        self._allowed: dict[tuple, torch.Tensor] = {}
-        # (state, logits' width, device) -> the mask mask_logits applies, made once
-        self._masks: dict[tuple, torch.Tensor] = {}
+        # The stack is part of the state, so a server meets ever more of them (every
+        # nesting depth): both caches are bounded. state -> allowed tokens, and
+        # (state, logits' width, device) -> the mask mask_logits applies.
+        self._allowed = functools.lru_cache(max_states)(self._walk)
+        self._masks = functools.lru_cache(max_states)(self._banned)
 
     def allowed(self, state: tuple) -> torch.Tensor:
         """Boolean mask (vocab_size,) of the tokens that may follow `state`."""
-        if state not in self._allowed:
-            mask = torch.zeros(self.vocab_size, dtype=torch.bool)
-            stack = [(self.trie, state)]
-            while stack:
-                node, s = stack.pop()
-                for b, child in node.items():
-                    if b is None:
-                        continue
-                    after = json_step(s, b)
-                    if after is not None:
-                        mask[child.get(None, [])] = True
-                        stack.append((child, after))
-            self._allowed[state] = mask
-        return self._allowed[state]
+        return self._allowed(state)
+
+    def _walk(self, state: tuple) -> torch.Tensor:
+        mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        stack = [(self.trie, state)]
+        while stack:
+            node, s = stack.pop()
+            for b, child in node.items():
+                if b is None:
+                    continue
+                after = json_step(s, b)
+                if after is not None:
+                    mask[child.get(None, [])] = True
+                    stack.append((child, after))
+        return mask
 
     def advance(self, state: tuple, token_bytes: bytes) -> tuple:
         """The state after a token's bytes; ValueError if they do not
@@ -184,15 +201,16 @@ class JsonConstraint:
     def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:
         """`logits` (vocab,) with every token that cannot follow `state` set to -inf
         (ids beyond the tokenizer's vocabulary included)."""
-        key = (state, logits.shape[-1], logits.device)
-        banned = self._masks.get(key)
-        if banned is None:  # once per state and device: no copy to a GPU at every step
-            allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
-            mask = self.allowed(state)
-            n = min(len(mask), len(allowed))
-            allowed[:n] = mask[:n]
-            banned = self._masks[key] = (~allowed).to(logits.device)
+        # once per state and device: no copy to a GPU at every step
+        banned = self._masks(state, logits.shape[-1], logits.device)
         return logits.float().masked_fill(banned, -math.inf)
+
+    def _banned(self, state: tuple, width: int, device: torch.device) -> torch.Tensor:
+        allowed = torch.zeros(width, dtype=torch.bool)
+        mask = self.allowed(state)
+        n = min(len(mask), width)
+        allowed[:n] = mask[:n]
+        return (~allowed).to(device)
 
 
 __all__ = ['OBJECT_START', 'VALUE_START', 'json_step', 'json_state', 'is_complete',

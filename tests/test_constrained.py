@@ -95,8 +95,65 @@ def test_mask_logits_makes_each_states_mask_once_per_device():
     logits = torch.zeros(tok.vocab_size + 3)  # a model's padded vocabulary: extra ids
     first = c.mask_logits(logits, OBJECT_START)
     again = c.mask_logits(logits, OBJECT_START)
-    assert torch.equal(first, again) and len(c._masks) == 1
+    assert torch.equal(first, again) and c._masks.cache_info().currsize == 1
     assert torch.isinf(first[tok.vocab_size:]).all()  # ids beyond the tokenizer: banned
     assert not torch.isinf(first[tok.encode("{")[0]])  # an object may start
     c.mask_logits(torch.zeros(tok.vocab_size), OBJECT_START)  # another width: its own
-    assert len(c._masks) == 2
+    assert c._masks.cache_info().currsize == 2
+
+
+def test_the_caches_are_bounded_and_masks_stay_right_after_eviction(tokenizer):
+    """A server meets ever more states (the nesting stack is part of the state): the
+    per-state caches keep at most max_states entries, the least recently used go, and a
+    state met again after its eviction gets the same mask."""
+    bound = 8
+    constraint = JsonConstraint(tokenizer, max_states=bound)
+    reference = JsonConstraint(tokenizer)  # large enough to keep every state here
+    width = tokenizer.vocab_size + 3
+    # 60 distinct states: arrays and objects nested ever deeper, and strings inside them
+    docs = ["[" * d for d in range(1, 21)] + ['{"a": [' * d for d in range(1, 21)]
+    docs += ['[{"k": ' * d + '"s' for d in range(1, 21)]
+    states = [json_state(doc, VALUE_START) for doc in docs]
+    assert len(set(states)) == 60 and None not in states
+    sizes = []
+    for state in states + states[::-1] + states:  # the first ones come back evicted
+        logits = torch.randn(width)
+        got = constraint.mask_logits(logits, state)
+        assert torch.equal(got, reference.mask_logits(logits, state))
+        assert torch.equal(constraint.allowed(state), reference.allowed(state))
+        sizes += [constraint._allowed.cache_info().currsize,
+                  constraint._masks.cache_info().currsize]
+    assert max(sizes) == bound and reference._allowed.cache_info().currsize == 60
+    # the masks are right, not only equal to each other: brute force on a few states
+    special = set(tokenizer.special_tokens.values())
+    for state in (states[0], states[19], states[-1]):
+        ok = [t not in special and json_state(tokenizer.decode_bytes([t]), state) is not None
+              for t in range(tokenizer.vocab_size)]
+        assert constraint.allowed(state).tolist() == ok
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, None, "8"])
+def test_max_states_must_be_a_positive_int(tokenizer, bad):
+    with pytest.raises(ValueError, match=r"max_states .* must be an int >= 1, got "):
+        JsonConstraint(tokenizer, max_states=bad)
+
+
+def test_one_constraint_built_in_a_thread_serves_many_threads(tokenizer):
+    """The server builds it off the event loop and shares it; concurrent callers
+    (and evictions under them) never see a wrong mask or an error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        constraint = pool.submit(JsonConstraint, tokenizer, max_states=4).result()
+        states = [json_state("[" * d, VALUE_START) for d in range(1, 13)]
+        reference = {s: JsonConstraint(tokenizer).allowed(s) for s in states}
+
+        def work(k):
+            for state in states[k:] + states[:k]:
+                logits = torch.zeros(tokenizer.vocab_size)
+                banned = torch.isinf(constraint.mask_logits(logits, state))
+                assert torch.equal(~banned, reference[state])
+            return True
+
+        assert all(pool.map(work, range(8)))
+    assert constraint._masks.cache_info().currsize <= 4
