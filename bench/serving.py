@@ -5,7 +5,7 @@ Run: python bench/serving.py [--quick] [--only SECTION ...] [--repeat 3] [--thre
                              [--max-batch 32]
 
 Every run is float32 on the CPU, greedy, with random prompt token ids from
-`llmcore.engine.synthetic_requests` (lengths log-uniform between the stated bounds, a
+`llmcore.traffic.synthetic_requests` (lengths log-uniform between the stated bounds, a
 fixed seed). The engine has no tokenizer and so no stop ids: every request makes exactly
 its max_tokens tokens, and the bench checks that it did. Sections (`--only` takes any of
 them; all by default):
@@ -75,9 +75,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmcore.engine import (  # noqa: E402
-    Engine,
-    Request,
+from llmcore.engine import Engine  # noqa: E402
+from llmcore.request import Request  # noqa: E402
+from llmcore.traffic import (  # noqa: E402
     percentile,
     poisson_arrivals,
     replay,

@@ -18,17 +18,20 @@ slot index. Before the first layer of a forward pass the model calls
 where its tokens go (see llmcore.model.Transformer). Without a cache, attention is plain
 causal self-attention over the given sequence.
 
-A cache may also offer `cache.attend(layer_idx, positions, q, k, v) -> out or None`
-(q: (batch, n_heads, seq, head_dim), after RoPE): it writes k, v as update() would and
-returns softmax(q k^T / sqrt(head_dim)) v of shape (batch, n_heads, seq, head_dim),
-each query over the keys of its own row at positions up to its own, query head h
-reading kv head h // (n_heads // n_kv_heads); or it returns None having written
-nothing, and the layer calls update(). A layer asks only when its attention is plain
-causal (no attention_mask, no sliding window). llmcore.paged attends over its block
-table this way, without gathering a padded copy of every row's keys.
+A cache also answers `cache.attend(layer_idx, positions, q, k, v, window) -> out or
+None` (q: (batch, n_heads, seq, head_dim), after RoPE): it writes k, v as update() would
+and returns softmax(q k^T / sqrt(head_dim)) v of shape (batch, n_heads, seq, head_dim),
+each query over the keys of its own sequence at positions up to its own (and within the
+sliding `window`, when not None), query head h reading kv head h // (n_heads //
+n_kv_heads); or it returns None having written nothing, and the layer calls update().
+A layer asks whenever it has no attention_mask. llmcore.paged attends over its block
+table this way, without gathering a padded copy of every row's keys; the engine's
+llmcore.model_runner.KVPool attends for a flat batch of many requests. The three
+methods are the `KVCacheProtocol` below: the model's whole contract with a cache.
 """
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +145,26 @@ ATTENTION_IMPLEMENTATIONS = {"explicit": attention_explicit, "sdpa": attention_f
 
 
 # %% chapters/04_attention.ipynb § The Attention layer
+class KVCacheProtocol(Protocol):
+    """What the model needs from a KV cache (see the module docstring): every
+    cache of this book (llmcore.kvcache, llmcore.paged, llmcore.model_runner) has
+    these three methods."""
+
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        """A pass starts that writes at `positions` (batch, seq) in every layer."""
+
+    def update(self, layer_idx: int, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v; return every key and value of the rows, laid out by
+        position."""
+
+    def attend(self, layer_idx: int, positions: torch.Tensor, q: torch.Tensor,
+               k: torch.Tensor, v: torch.Tensor, window: int | None = None
+               ) -> torch.Tensor | None:
+        """Store k, v and return the attention output, or None having stored
+        nothing: the layer then calls update() and attends itself."""
+
+
 class Attention(nn.Module):
     """Multi-head causal self-attention with grouped key/value heads, RoPE
     and optional q/k norms.
@@ -180,7 +203,7 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        kv_cache=None,
+        kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
         attention_mask: torch.Tensor | None = None,
         cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -208,9 +231,8 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
 
         out = None
-        if (kv_cache is not None and attention_mask is None
-                and self.sliding_window is None and hasattr(kv_cache, "attend")):
-            out = kv_cache.attend(layer_idx, positions, q, k, v)  # None: not this pass
+        if kv_cache is not None and attention_mask is None:  # None: not this pass
+            out = kv_cache.attend(layer_idx, positions, q, k, v, self.sliding_window)
         if out is None:
             if kv_cache is not None:
                 k, v = kv_cache.update(layer_idx, positions, k, v)
@@ -272,4 +294,5 @@ class Attention(nn.Module):
 
 
 __all__ = ['repeat_kv', 'causal_mask', 'build_attention_mask', 'attention_explicit',
-           'attention_fused', 'ATTENTION_IMPLEMENTATIONS', 'Attention']
+           'attention_fused', 'ATTENTION_IMPLEMENTATIONS', 'KVCacheProtocol',
+           'Attention']

@@ -3,149 +3,43 @@
 
 
 # %% chapters/09_serving.ipynb § One step, many requests
-"""Serving many requests with one model: a continuous-batching engine over the paged KV
-cache.
+"""Serving many requests with one model: a continuous-batching engine over a paged KV
+pool, built as production engines are, from four parts with one job each.
 
-`Engine.step()` plans one step: every running request that is decoding computes one
-token, and prompts still to be prefilled get what is left of the step's token budget
-(chunked prefill), oldest first. Waiting requests are admitted while a batch slot, the
-budget and KV blocks allow. The step then runs one batched forward pass over every
-one-token row and one pass per prompt chunk, samples a token for each request whose
-tokens are all computed, and retires the ones that finished, so that their batch slot
-and KV blocks go to the next waiting request at once. `static=True` makes the same
-engine refill only when the whole batch has finished (static batching), and max_batch=1
-serves one request at a time, so the policies can be compared on the same code.
+- `Scheduler` (llmcore.scheduler): which requests run in this step and how many tokens
+  each computes, under the token budget; admission and preemption. Pure policy.
+- `BlockManager` (llmcore.block_manager): which KV blocks each request owns, reference
+  counts, hashes of full blocks for prefix caching, LRU eviction. Pure bookkeeping.
+- `ModelRunner` (llmcore.model_runner): the step's tokens, decodes and prompt chunks
+  alike, in one flat forward pass; logits only where they are read.
+- `RequestState` (llmcore.request): each request's tokens, text and stop rules (chapter
+  8's `Reply`), random stream and log probabilities.
 
-Admission is "reserve" (the blocks for prompt + max_tokens must be free, so a running
-request never runs out) or "optimistic" (the blocks for what is computed now, leaving a
-free block for each running request; when the pool runs out, the most recently
-admitted request is preempted: its blocks are freed and it is recomputed later from its
-prompt and the tokens it already has). With `prefix_caching=True`, full blocks of
-prompt tokens are shared between requests that start the same way (chapter 6's
-PrefixCachingKVCache) and their prefill is skipped.
-
-Each request keeps chapter 8's `Reply`: it masks the request's row of logits (stop ids
-before min_tokens, a JSON constraint), takes each new token, and decides when the
-request is over, by the same rules as `generate()`. Given a tokenizer, the engine also
-turns the tokens into text and checks stop strings; its default stop ids then include
-the EOS ids.
-
-A request that raises inside a step (its prefill, its mask, its sampling, its text)
-fails alone: it finishes with finish_reason "error" and its blocks go back to the pool,
-while the other requests of the step go on.
+`Engine.step()` is those parts in turn: schedule, run, sample, update. A request that
+raises inside a step (its mask, its sampling, its text, or its part of the pass) fails
+alone: it finishes with finish_reason "error" and its blocks go back to the pool, while
+the other requests of the step go on. Given a tokenizer, the engine also turns tokens
+into text and checks stop strings; its default stop ids then include the EOS ids.
 """
 from __future__ import annotations
 
-import math
-import random
 import time
-from collections import deque
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
-from llmcore.constrained import JsonConstraint
+from llmcore.block_manager import BlockManager
 from llmcore.generate import Reply, default_eos_ids
-from llmcore.paged import PagedKVCache, PoolExhaustedError, PrefixCachingKVCache
-from llmcore.sampling import Sampler, SamplingParams, make_generator
+from llmcore.model_runner import Chunk, ModelRunner, blocks_for_memory
+from llmcore.request import Completion, Request, RequestState, TokenLogprob
+from llmcore.sampling import Sampler, make_generator
+from llmcore.scheduler import Scheduler, StepPlan
 from llmcore.tokenizer import Tokenizer
 
 
-@dataclass
-class Request:
-    """One request: its prompt, how to sample and when to stop (all in `params`), and an
-    optional JSON constraint (chapter 7): only valid JSON, done when it closes."""
-    request_id: Hashable
-    prompt_ids: list[int]
-    params: SamplingParams = field(
-        default_factory=lambda: SamplingParams(temperature=0.0))
-    constraint: JsonConstraint | None = None
-    # None: no log probabilities; k >= 0: each output token's, and its k best rivals'
-    logprobs: int | None = None
-    prompt_logprobs: bool = False     # also each prompt token's (after the first)
-
-
-@dataclass
-class TokenLogprob:
-    """A token's log probability under the model (its raw logits, before any sampling
-    transform or mask) and the `top` most likely tokens at that position."""
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]
-
-
-@dataclass
-class Completion:
-    """A finished request: its tokens and text, why it stopped (as generate() says it),
-    and its timeline (seconds on the engine's clock, `Engine.now()`)."""
-    request_id: Hashable
-    prompt_ids: list[int]
-    output_ids: list[int]
-    text: str                         # "" when the engine has no tokenizer
-    finish_reason: str                # "stop" or "length"
-    stop_reason: str | int | None     # the stop string or stop id that ended it
-    submitted: float
-    first_token: float
-    finished: float
-    logprobs: list[TokenLogprob] | None = None         # one per output token
-    prompt_logprobs: list[TokenLogprob | None] | None = None  # None for the first
-    error: str | None = None          # why a request with finish_reason "error" failed
-    token_times: list[float] = field(default_factory=list)  # when each token came
-    cached_tokens: int = 0            # prompt tokens found in the prefix cache
-    preemptions: int = 0              # times it was preempted and recomputed
-
-    @property
-    def ttft(self) -> float:
-        """Time to first token: from submission to the first generated token."""
-        return self.first_token - self.submitted
-
-    @property
-    def tpot(self) -> float:
-        """Time per output token after the first."""
-        return (self.finished - self.first_token) / max(1, len(self.output_ids) - 1)
-
-    @property
-    def e2e(self) -> float:
-        """End-to-end latency: from submission to the last token."""
-        return self.finished - self.submitted
-
-    @property
-    def itl(self) -> list[float]:
-        """Inter-token latencies: the gap before each output token after the first."""
-        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
-
-
-@dataclass
-class _State:
-    """A request inside the engine, waiting or running. `computed` counts the tokens of
-    prompt + output whose keys and values are in the cache: a request decodes when only
-    its last token is left, and prefills (or recomputes, after a preemption) before."""
-    request: Request
-    reply: Reply
-    generator: torch.Generator | None
-    logprobs: list[TokenLogprob] | None = None
-    prompt_logprobs: list[TokenLogprob | None] | None = None
-    computed: int = 0
-    cached_tokens: int = 0
-    preemptions: int = 0
-
-    @property
-    def length(self) -> int:
-        """Tokens the model must have seen before the next one: prompt + output."""
-        return len(self.request.prompt_ids) + len(self.reply.token_ids)
-
-    def tokens(self, start: int, stop: int) -> list[int]:
-        """Tokens start .. stop - 1 of prompt + output."""
-        prompt, p = self.request.prompt_ids, len(self.request.prompt_ids)
-        if stop <= p:
-            return prompt[start:stop]
-        if start >= p:
-            return self.reply.token_ids[start - p:stop - p]
-        return prompt[start:] + self.reply.token_ids[:stop - p]
-
-
-def _logprobs(logits: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogprob]:
+def token_logprobs(logits: torch.Tensor, tokens: list[int], k: int
+                   ) -> list[TokenLogprob]:
     """TokenLogprob of tokens[i] in row i of logits (rows, vocab), with k rivals."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     chosen = logp.gather(1, torch.tensor(tokens, device=logp.device)[:, None])
@@ -155,143 +49,163 @@ def _logprobs(logits: torch.Tensor, tokens: list[int], k: int) -> list[TokenLogp
             for t, c, i, v in zip(tokens, chosen, top_i.tolist(), top_v.tolist())]
 
 
+class StepStats:
+    """What the engine's steps did, in bounded memory: running totals, a histogram of
+    decode batch sizes, and the last `history` steps as (decodes, tokens)."""
+
+    def __init__(self, history: int = 10_000):
+        if type(history) is not int or history < 1:
+            raise ValueError(f"history must be an int >= 1, got {history!r}")
+        self.steps = 0               # steps taken
+        self.tokens = 0              # tokens computed, all steps
+        self.decode_steps = 0        # steps with at least one decode
+        self.decodes = 0             # decode tokens, all steps
+        self.batch_histogram: Counter[int] = Counter()  # decodes in a step -> steps
+        self.recent: deque[tuple[int, int]] = deque(maxlen=history)
+
+    def add(self, decodes: int, tokens: int) -> None:
+        self.steps += 1
+        self.tokens += tokens
+        if decodes:
+            self.decode_steps += 1
+            self.decodes += decodes
+            self.batch_histogram[decodes] += 1
+        self.recent.append((decodes, tokens))
+
+    @property
+    def mean_batch(self) -> float:
+        """Mean requests decoded together in a step that decodes."""
+        return self.decodes / self.decode_steps if self.decode_steps else 0.0
+
+
 class Engine:
     """Continuous batching: up to `max_batch` requests decode together, one token each
     per step, while prompts are prefilled in the same steps.
 
-    KV memory comes from a pool of `num_blocks` blocks of `block_size` tokens.
-    token_budget: the most tokens one step computes; each decoding request takes one,
-    and prompt chunks take the rest (None: every admitted prompt is prefilled whole in
-    its first step). admission: "reserve" or "optimistic" (see the module docstring).
-    prefix_caching: share full blocks of prompt tokens between requests. tokenizer:
-    gives completions their text and allows stop strings and JSON constraints.
-    eos_token_ids: stop ids for every request (default: the tokenizer's EOS ids; none
-    without a tokenizer).
+    KV memory: `num_blocks` blocks of `block_size` tokens, or as many as fit in
+    `kv_memory` (bytes, or a fraction of free GPU memory); give one of the two.
+    token_budget: the most tokens one step computes (None: every admitted prompt is
+    prefilled whole in its first step). admission: "reserve" or "optimistic" (see
+    llmcore.scheduler). static: refill only an empty batch. prefix_caching: share full
+    blocks between requests that start the same way. tokenizer: gives completions their
+    text and allows stop strings and JSON constraints. eos_token_ids: stop ids for every
+    request (default: the tokenizer's EOS ids; none without a tokenizer). clock: the
+    seconds the engine stamps its timelines with (injectable for tests). history: steps
+    kept in `stats.recent`.
     """
 
-    def __init__(self, model, num_blocks: int, block_size: int = 16, max_batch: int = 8,
-                 static: bool = False, seed: int | None = None,
+    def __init__(self, model, num_blocks: int | None = None, block_size: int = 16,
+                 max_batch: int = 8, static: bool = False, seed: int | None = None,
                  tokenizer: Tokenizer | None = None,
                  eos_token_ids: Sequence[int] | None = None, *,
                  token_budget: int | None = None, admission: str = "reserve",
-                 prefix_caching: bool = False):
-        if max_batch < 1 or num_blocks < 1:
-            raise ValueError("need max_batch >= 1 and num_blocks >= 1, "
-                             f"got {max_batch} and {num_blocks}")
-        if token_budget is not None and not (type(token_budget) is int
-                                             and token_budget >= max_batch):
-            raise ValueError(f"token_budget must be None or an int >= max_batch "
-                             f"({max_batch}), so that every running request can "
-                             f"decode in each step; got {token_budget!r}")
-        if admission not in ("reserve", "optimistic"):
-            raise ValueError(f"admission must be 'reserve' or 'optimistic', "
-                             f"got {admission!r}")
-        self.model, self.max_batch, self.static = model, max_batch, static
-        self.token_budget, self.admission = token_budget, admission
-        self.tokenizer, self.device = tokenizer, model.device
+                 prefix_caching: bool = False, kv_memory: int | float | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 history: int = 10_000):
+        if (num_blocks is None) == (kv_memory is None):
+            raise ValueError("give the KV pool's size as num_blocks or as kv_memory "
+                             "(bytes, or a fraction of free GPU memory), not both "
+                             "and not neither")
+        if num_blocks is None:
+            num_blocks = blocks_for_memory(model.cfg, model.dtype, block_size,
+                                           kv_memory, model.device)
+        if type(num_blocks) is not int or num_blocks < 1:
+            raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
+        self.model, self.device = model, model.device
+        self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos_token_ids = [] if tokenizer is None else default_eos_ids(tokenizer)
         self.eos_token_ids = list(eos_token_ids)
-        pool = PrefixCachingKVCache if prefix_caching else PagedKVCache
-        self.cache = pool(model.cfg, num_blocks, block_size, device=self.device,
-                          dtype=model.dtype)
+        self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
+        self.scheduler = Scheduler(self.blocks, max_batch, token_budget, admission,
+                                   static)
+        self.runner = ModelRunner(model, num_blocks, block_size)
         self.sampler = Sampler(seed)
-        self.waiting: deque[_State] = deque()
-        self.running: dict[Hashable, _State] = {}  # in the order they were admitted
-        self.steps = 0                    # engine steps taken
-        self.batch_sizes: list[int] = []  # requests decoded in each step's batched pass
-        self.step_tokens: list[int] = []  # tokens computed in each step
-        self.preemptions = 0              # requests preempted so far
-        self._preempted_before = 0        # self.preemptions when this step began
-        self._start = time.perf_counter()
+        self.stats = StepStats(history)
+        self._clock = clock
+        self._start = clock()
+
+    # What a caller reads: the queues and the counts
+    @property
+    def waiting(self):
+        return self.scheduler.waiting
+
+    @property
+    def running(self) -> dict[Hashable, RequestState]:
+        return self.scheduler.running
+
+    @property
+    def preemptions(self) -> int:
+        return self.scheduler.preemptions
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """Requests decoded in each recent step that decoded."""
+        return [d for d, _ in self.stats.recent if d]
+
+    @property
+    def step_tokens(self) -> list[int]:
+        """Tokens computed in each recent step."""
+        return [t for _, t in self.stats.recent]
 
     def now(self) -> float:
         """The engine's clock: seconds since it was made."""
-        return time.perf_counter() - self._start
+        return self._clock() - self._start
 
-    def _blocks(self, tokens: int) -> int:
-        return -(-tokens // self.cache.block_size)
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
 
     def add_request(self, request: Request, arrival: float | None = None) -> None:
         """Queue a request that arrived at `arrival` (the engine's clock; default now).
         Raises ValueError for one that could never run."""
         name = f"request {request.request_id!r}"
-        known = {st.request.request_id for st in self.waiting} | set(self.running)
-        if request.request_id in known:
+        if request.request_id in self.scheduler:
             raise ValueError(f"{name}: the id is already queued or running")
         if not request.prompt_ids:
             raise ValueError(f"{name} has an empty prompt")
+        request.params.validate()  # once, here: the sampler trusts it afterwards
         total = len(request.prompt_ids) + request.params.max_tokens
         if total > self.model.cfg.max_position_embeddings:
             raise ValueError(f"{name} needs {total} positions (prompt + max_tokens); "
                              f"the model has {self.model.cfg.max_position_embeddings}")
-        if self._blocks(total) > self.cache.allocator.num_blocks:
-            raise ValueError(f"{name} needs {self._blocks(total)} KV blocks but "
-                             f"the pool has {self.cache.allocator.num_blocks}; lower "
+        if self.blocks.blocks_for(total) > self.blocks.num_blocks:
+            raise ValueError(f"{name} needs {self.blocks.blocks_for(total)} KV blocks "
+                             f"but the pool has {self.blocks.num_blocks}; lower "
                              "max_tokens or enlarge the pool")
-        reply = Reply(self.tokenizer, request.params, len(request.prompt_ids),
-                      self.eos_token_ids, constraint=request.constraint,
-                      start=self.now() if arrival is None else arrival)
-        reply.check_vocab(self.model.cfg.vocab_size)
         if request.logprobs is not None and not (
                 type(request.logprobs) is int and request.logprobs >= 0):
             raise ValueError(f"{name}: logprobs must be None or an int >= 0, "
                              f"got {request.logprobs!r}")
+        reply = Reply(self.tokenizer, request.params, len(request.prompt_ids),
+                      self.eos_token_ids, constraint=request.constraint,
+                      start=self.now() if arrival is None else arrival)
+        reply.check_vocab(self.model.cfg.vocab_size)
         seed = request.params.seed
         generator = None if seed is None else make_generator(seed, self.device)
-        st = _State(request, reply, generator)
+        st = RequestState(request, reply, generator)
         if request.logprobs is not None:
             st.logprobs = []
         if request.prompt_logprobs:
             st.prompt_logprobs = [None]
-        self.waiting.append(st)
-
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        self.scheduler.add(st)
 
     def cancel(self, request_id: Hashable) -> bool:
         """Drop a queued or running request (e.g. its client went away): its blocks go
         back to the pool. Returns whether there was such a request."""
-        for st in list(self.waiting):
-            if st.request.request_id == request_id:
-                self.waiting.remove(st)
-                return True
-        if request_id in self.running:
-            self.running.pop(request_id).reply.end("abort")
-            self.cache.free_sequence(request_id)
-            return True
-        return False
-
-    def _completion(self, st: _State, now: float, error: str | None = None
-                    ) -> Completion:
-        reply = st.reply
-        reason = "error" if error else reply.finish_reason
-        return Completion(
-            st.request.request_id, st.request.prompt_ids, reply.token_ids, reply.text,
-            reason, None if error else reply.stop_reason, reply.start,
-            (reply.times or [now])[0], now, st.logprobs, st.prompt_logprobs,
-            error=error, token_times=list(reply.times),
-            cached_tokens=st.cached_tokens, preemptions=st.preemptions)
-
-    def _fail(self, seq: Hashable, error: Exception, done: list[Completion]) -> None:
-        """End one request that raised: its blocks go back, the others go on."""
-        st = self.running.pop(seq)
-        self.cache.free_sequence(seq)
-        done.append(self._completion(st, self.now(),
-                                     error=f"{type(error).__name__}: {error}"))
+        st = self.scheduler.remove(request_id)
+        if st is not None:
+            st.reply.end("abort")
+        return st is not None
 
     def step(self) -> list[Completion]:
-        """Plan one step (decodes, prompt chunks, admissions), run its passes, return
-        the requests that finished."""
+        """One step: schedule, run the flat pass, sample, update; returns the requests
+        that finished."""
         done: list[Completion] = []
-        plan = self._plan_running()
-        if not (self.static and self.running):  # static: refill only an empty batch
-            if self.preemptions == self._preempted_before:  # none in this step
-                plan += self._admit(plan)
-        if plan:
-            self._run(plan, done)
-        self.step_tokens.append(sum(n for _, n in plan))
-        self.steps += 1
+        plan = self.scheduler.schedule()
+        self.stats.add(plan.num_decodes, plan.num_tokens)
+        logits = self._run(plan, done)
+        tokens = self._sample(logits, done)
+        self._update(tokens, logits, done)
         return done
 
     def run(self) -> list[Completion]:
@@ -302,170 +216,91 @@ class Engine:
             done += self.step()
         return done
 
-    def _left(self, plan: list[tuple[Hashable, int]]) -> int | None:
-        """The step's token budget not yet planned (None: no budget)."""
-        if self.token_budget is None:
-            return None
-        return self.token_budget - sum(n for _, n in plan)
+    # 1. run: the step's chunks in one pass
+    def _chunk(self, st: RequestState, n: int) -> Chunk:
+        start = st.computed
+        if st.wants_all_prompt_logprobs and start < len(st.request.prompt_ids) - 1:
+            logits = "all"
+        else:
+            logits = "last" if start + n == st.length else "none"
+        return Chunk(st.tokens(start, start + n), start,
+                     self.blocks.tables[st.request_id], logits)
 
-    def _plan_running(self) -> list[tuple[Hashable, int]]:
-        """Tokens each running request computes this step, with their blocks reserved;
-        under optimistic admission, preempt the newest requests until they fit."""
-        self._preempted_before = self.preemptions
-        while True:
-            seqs = list(self.running)
-            needs = [self.running[s].length - self.running[s].computed for s in seqs]
-            plan = [(s, n) for s, n in zip(seqs, schedule(needs, self.token_budget))
-                    if n > 0]
-            try:
-                self.cache.reserve({s: self.running[s].computed + n for s, n in plan})
-                return plan
-            except PoolExhaustedError:
-                if self.admission == "reserve" or len(self.running) == 1:
-                    raise  # cannot happen: add_request checks that one request fits
-                self._preempt(seqs[-1])
-
-    def _preempt(self, seq: Hashable) -> None:
-        """Free a running request's blocks and queue it first, to be recomputed."""
-        st = self.running.pop(seq)
-        self.cache.free_sequence(seq)
-        st.computed = st.cached_tokens = 0
-        st.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(st)
-
-    def _admit(self, plan: list[tuple[Hashable, int]]) -> list[tuple[Hashable, int]]:
-        """Admit waiting requests, first come first served, while a batch slot, the
-        token budget and the KV blocks allow; return their part of the plan."""
-        admitted: list[tuple[Hashable, int]] = []
-        while self.waiting and len(self.running) < self.max_batch:
-            left = self._left(plan + admitted)
-            if left is not None and left < 1:
-                break
-            st = self.waiting[0]
-            seq = st.request.request_id
-            if isinstance(self.cache, PrefixCachingKVCache):
-                # a request that wants every prompt token's logprobs must compute them
-                found = st.prompt_logprobs
-                cached = self.cache.add_sequence(
-                    seq, st.request.prompt_ids,
-                    reuse=found is None or len(found) == len(st.request.prompt_ids))
-            else:
-                cached = self.cache.add_sequence(seq)
-            n = st.length - cached if left is None else min(st.length - cached, left)
-            if not self._fits(seq, st, cached + n):
-                self.cache.free_sequence(seq)
-                break  # first come, first served: no later request may pass
-            self.waiting.popleft()
-            st.computed = st.cached_tokens = cached
-            self.running[seq] = st
-            admitted.append((seq, n))
-        return admitted
-
-    def _fits(self, seq: Hashable, st: _State, tokens: int) -> bool:
-        """Reserve the blocks a new request needs now: those for `tokens` tokens,
-        leaving a block free for each running request (optimistic), or all it may ever
-        need, without taking blocks promised to the running requests (reserve)."""
-        if self.admission == "reserve":
-            promise = {s: self._blocks(len(r.request.prompt_ids)
-                                       + r.request.params.max_tokens)
-                       for s, r in [*self.running.items(), (seq, st)]}
-            owed = sum(need - len(self.cache.tables[s]) for s, need in promise.items())
-            if owed > self.cache.allocator.num_free:
-                return False
-        else:  # keep one free block for each running request (a watermark), so
-            # that a newcomer does not force a preemption in the very next step
-            need = self._blocks(tokens) - len(self.cache.tables[seq])
-            if need + len(self.running) > self.cache.allocator.num_free:
-                return False
+    def _run(self, plan: StepPlan, done: list[Completion]
+             ) -> dict[Hashable, torch.Tensor]:
+        """Run the plan's chunks in one flat pass (one pass per request, to find the
+        one at fault, if it raises); return the logits to sample from, by request."""
+        scheduled = [(st, n, self._chunk(st, n)) for st, n in plan.scheduled]
         try:
-            self.cache.reserve({seq: tokens})
-        except PoolExhaustedError:
-            return False
-        return True
+            outs = self.runner.run([c for _, _, c in scheduled])
+        except Exception:
+            outs = []
+            for st, n, chunk in scheduled:
+                try:
+                    outs.append(self.runner.run([chunk])[0])
+                except Exception as error:
+                    self._fail(st, error, done)
+                    outs.append(None)
+        ends: dict[Hashable, torch.Tensor] = {}
+        for (st, n, chunk), logits in zip(scheduled, outs):
+            if st.request_id not in self.running:
+                continue  # failed in its own pass
+            start, st.computed = st.computed, st.computed + n
+            if chunk.logits == "all":
+                self._prompt_logprobs(st, start, n, logits)
+            if st.computed == st.length:
+                ends[st.request_id] = logits[-1]
+            self.blocks.cache_full_blocks(st.request_id, st.tokens(0, st.computed))
+        return ends
 
-    def _run(self, plan: list[tuple[Hashable, int]], done: list[Completion]) -> None:
-        """One batched pass over every one-token row, one pass per longer chunk; then
-        sample for the requests whose tokens are all computed."""
-        ends: dict[Hashable, torch.Tensor] = {}  # seq -> logits after its last token
-        singles = [s for s, n in plan if n == 1]
-        if singles:
-            self.batch_sizes.append(len(singles))
-            states = [self.running[s] for s in singles]
-            tokens = [st.tokens(st.computed, st.computed + 1) for st in states]
-            positions = [[st.computed] for st in states]
-            logits = self._forward(singles, tokens, positions)[:, -1]
-            for seq, st, row in zip(singles, states, logits):
-                self._computed(seq, st, 1, row[None], ends)
-        for seq, n in plan:
-            if n == 1:
-                continue
-            st = self.running[seq]
-            try:
-                logits = self._forward([seq], [st.tokens(st.computed, st.computed + n)],
-                                       [list(range(st.computed, st.computed + n))])
-                self._computed(seq, st, n, logits[0], ends)
-            except Exception as error:  # this request fails alone
-                self._fail(seq, error, done)
-        if ends:
-            self._append(list(ends), torch.stack(list(ends.values())), done)
-
-    def _forward(self, seqs: list, tokens: list[list[int]],
-                 positions: list[list[int]]) -> torch.Tensor:
-        self.cache.set_batch(seqs)
-        with torch.inference_mode():
-            return self.model(torch.tensor(tokens, device=self.device),
-                              positions=torch.tensor(positions, device=self.device),
-                              kv_cache=self.cache)
-
-    def _computed(self, seq: Hashable, st: _State, n: int, logits: torch.Tensor,
-                  ends: dict) -> None:
-        """n more tokens of `st` are in the cache; `logits` (n, vocab) follow them."""
-        start, st.computed = st.computed, st.computed + n
+    def _prompt_logprobs(self, st: RequestState, start: int, n: int,
+                         logits: torch.Tensor) -> None:
+        """Row i of `logits` predicts token start + i + 1; found holds the prompt
+        tokens 0 .. have - 1 (a recompute after a preemption may cover some again)."""
         prompt, found = st.request.prompt_ids, st.prompt_logprobs
-        if found is not None and len(found) < len(prompt):
-            # Row i predicts token start + i + 1; found holds tokens 0 .. have - 1
-            # (a recompute after a preemption may cover some of them again).
-            have, stop = len(found), min(start + n, len(prompt) - 1)
-            if start < have <= stop:
-                found += _logprobs(logits[have - 1 - start:stop - start],
-                                   prompt[have:stop + 1], st.request.logprobs or 0)
-        if st.computed == st.length:
-            ends[seq] = logits[-1]
+        have, stop = len(found), min(start + n, len(prompt) - 1)
+        if start < have <= stop:
+            found += token_logprobs(logits[have - 1 - start:stop - start],
+                                    prompt[have:stop + 1], st.request.logprobs or 0)
 
-    def _sample(self, seqs: list, logits: torch.Tensor) -> list[int]:
+    # 2. sample: a token for each request whose tokens are all computed
+    def _sample(self, ends: dict[Hashable, torch.Tensor], done: list[Completion]
+                ) -> dict[Hashable, int]:
+        rows = {}
+        for seq, row in ends.items():  # each row masked by its own Reply
+            try:
+                rows[seq] = self.running[seq].reply.mask(row.float())
+            except Exception as error:
+                self._fail(self.running[seq], error, done)
+        if not rows:
+            return {}
+        try:
+            tokens = self._draw(list(rows), torch.stack(list(rows.values())))
+            return dict(zip(rows, tokens))
+        except Exception:  # find the rows at fault: sample them one at a time
+            new = {}
+            for seq, row in rows.items():
+                try:
+                    new[seq] = self._draw([seq], row[None])[0]
+                except Exception as error:
+                    self._fail(self.running[seq], error, done)
+            return new
+
+    def _draw(self, seqs: list, logits: torch.Tensor) -> list[int]:
         states = [self.running[s] for s in seqs]
         return self.sampler(logits, [st.request.params for st in states],
                             [st.generator for st in states],
                             [st.request.prompt_ids for st in states],
                             [st.reply.token_ids for st in states]).tolist()
 
-    def _append(self, seqs: list, logits: torch.Tensor, done: list[Completion]) -> None:
-        raw = dict(zip(seqs, logits))  # the model's logits, for log probabilities
-        # Each row masked by its own Reply (stop ids before min_tokens, JSON).
-        rows = {}
-        for seq, row in zip(seqs, logits.float()):
-            try:
-                rows[seq] = self.running[seq].reply.mask(row)
-            except Exception as error:
-                self._fail(seq, error, done)
-        seqs = list(rows)
-        if not seqs:
-            return
-        try:
-            new = dict(zip(seqs, self._sample(seqs, torch.stack(list(rows.values())))))
-        except Exception:  # find the rows at fault: sample them one at a time
-            new = {}
-            for seq in seqs:
-                try:
-                    new[seq] = self._sample([seq], rows[seq][None])[0]
-                except Exception as error:
-                    self._fail(seq, error, done)
+    # 3. update: log probabilities, text, stop rules, retirement
+    def _update(self, new: dict[Hashable, int], ends: dict[Hashable, torch.Tensor],
+                done: list[Completion]) -> None:
         wants = [s for s in new if self.running[s].logprobs is not None]
         if wants:  # log probabilities of the raw logits, as OpenAI and vLLM report them
             k = max(self.running[s].request.logprobs for s in wants)
-            found = _logprobs(torch.stack([raw[s] for s in wants]),
-                              [new[s] for s in wants], k)
+            found = token_logprobs(torch.stack([ends[s] for s in wants]),
+                                   [new[s] for s in wants], k)
             for seq, lp in zip(wants, found):
                 lp.top = lp.top[:self.running[seq].request.logprobs]
                 self.running[seq].logprobs.append(lp)
@@ -475,135 +310,28 @@ class Engine:
             try:
                 st.reply.add(token, now)
             except Exception as error:
-                self._fail(seq, error, done)
+                self._fail(st, error, done)
                 continue
             if st.reply.done:
-                del self.running[seq]
-                self.cache.free_sequence(seq)
+                self.scheduler.remove(seq)
                 done.append(self._completion(st, now))
 
+    def _completion(self, st: RequestState, now: float, error: str | None = None
+                    ) -> Completion:
+        reply = st.reply
+        return Completion(
+            st.request_id, st.request.prompt_ids, reply.token_ids, reply.text,
+            "error" if error else reply.finish_reason,
+            None if error else reply.stop_reason, reply.start,
+            (reply.times or [now])[0], now, st.logprobs, st.prompt_logprobs,
+            error=error, token_times=list(reply.times),
+            cached_tokens=st.cached_tokens, preemptions=st.preemptions)
 
-# %% chapters/09_serving.ipynb § Arrivals over time
-@dataclass
-class Arrival:
-    """A request and when it arrives: seconds after the trace starts."""
-    time: float
-    request: Request
-
-
-def synthetic_requests(n: int, vocab_size: int, prompt_lens=(16, 512),
-                       output_lens=(4, 256), seed: int = 0,
-                       prefix: Sequence[int] = ()) -> list[Request]:
-    """n greedy requests, ids 0 .. n - 1, of random token ids. The prompt and output
-    lengths are drawn log-uniformly between their bounds (inclusive): many short
-    requests and a few long ones, as in chat traffic. `prefix` starts every prompt (a
-    shared system prompt), ahead of its own drawn tokens."""
-    for lo, hi in (prompt_lens, output_lens):
-        if not 1 <= lo <= hi:
-            raise ValueError(f"length bounds must satisfy 1 <= low <= high, "
-                             f"got {(lo, hi)}")
-    rng = random.Random(seed)
-
-    def draw(lo: int, hi: int) -> int:
-        return min(hi, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))))
-
-    requests = []
-    for i in range(n):
-        prompt_len, output_len = draw(*prompt_lens), draw(*output_lens)
-        prompt = list(prefix) + [rng.randrange(vocab_size) for _ in range(prompt_len)]
-        requests.append(Request(i, prompt, SamplingParams(temperature=0.0,
-                                                          max_tokens=output_len)))
-    return requests
+    def _fail(self, st: RequestState, error: Exception, done: list[Completion]) -> None:
+        """End one request that raised: its blocks go back, the others go on."""
+        self.scheduler.remove(st.request_id)
+        done.append(self._completion(st, self.now(),
+                                     error=f"{type(error).__name__}: {error}"))
 
 
-def poisson_arrivals(requests: Sequence[Request], rate: float,
-                     seed: int = 0) -> list[Arrival]:
-    """The requests, in order, arriving as a Poisson process of `rate` requests per
-    second: independent, exponentially distributed gaps of mean 1 / rate."""
-    if not rate > 0:
-        raise ValueError(f"rate must be > 0 requests per second, got {rate!r}")
-    rng, t, arrivals = random.Random(seed), 0.0, []
-    for request in requests:
-        t += rng.expovariate(rate)
-        arrivals.append(Arrival(t, request))
-    return arrivals
-
-
-def replay(engine: Engine, arrivals: Sequence[Arrival]
-           ) -> tuple[list[Completion], float]:
-    """Serve a trace by the clock: each request is queued when its time comes, stamped
-    with that time (one that arrives during a step waits for the step, as in a server);
-    the engine steps while it has work and sleeps while it has none. Returns the
-    completions and the seconds from the trace's start to the last completion."""
-    pending = deque(sorted(arrivals, key=lambda a: a.time))
-    start, done = engine.now(), []
-    while pending or engine.has_work():
-        while pending and pending[0].time <= engine.now() - start:
-            arrival = pending.popleft()
-            engine.add_request(arrival.request, arrival=start + arrival.time)
-        if engine.has_work():
-            done += engine.step()
-        elif pending:
-            time.sleep(max(0.0, pending[0].time - (engine.now() - start)))
-    return done, engine.now() - start
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), interpolated between the nearest ranks as numpy's
-    default does; nan for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def summarize(completions: Sequence[Completion], seconds: float) -> dict[str, float]:
-    """What a serving run is judged by: output tokens per second, and the median (p50)
-    and tail (p99) of time to first token, time per output token, end-to-end latency
-    and the gaps between tokens (seconds)."""
-    ok = [c for c in completions if c.finish_reason != "error"]
-    tokens = sum(len(c.output_ids) for c in ok)
-    summary = {"requests": len(ok), "errors": len(completions) - len(ok),
-               "output_tokens": tokens, "seconds": seconds,
-               "throughput": tokens / seconds if seconds > 0 else math.nan}
-    series = {"ttft": [c.ttft for c in ok],
-              "tpot": [c.tpot for c in ok if len(c.output_ids) > 1],
-              "e2e": [c.e2e for c in ok],
-              "itl": [gap for c in ok for gap in c.itl]}
-    for name, values in series.items():
-        summary[f"{name}_p50"] = percentile(values, 50)
-        summary[f"{name}_p99"] = percentile(values, 99)
-    return summary
-
-
-# %% chapters/09_serving.ipynb § Chunked prefill: a token budget per step
-def schedule(needs: Sequence[int], budget: int | None) -> list[int]:
-    """How many tokens each running request computes in this step.
-
-    needs[i]: the tokens request i has left to compute before its next token can be
-    sampled (1 for a request that decodes; its prompt's remainder for one that
-    prefills), oldest request first. budget: the most tokens in the step, or None for
-    no limit. Decoding requests come first, one token each, so that a long prompt never
-    holds them back; what is left of the budget goes to the prefills, oldest first, each
-    taking as much of it as it can use (Sarathi-Serve's and vLLM's chunked prefill).
-    """
-    if budget is None:
-        return list(needs)
-    plan = [1 if n == 1 else 0 for n in needs]
-    left = budget - sum(plan)
-    if left < 0:
-        raise ValueError(f"a budget of {budget} tokens cannot decode "
-                         f"{sum(plan)} requests; raise it to at least {sum(plan)}")
-    for i, n in enumerate(needs):
-        if n > 1 and left > 0:
-            plan[i] = min(n, left)
-            left -= plan[i]
-    return plan
-
-
-__all__ = ['Request', 'TokenLogprob', 'Completion', 'Engine', 'Arrival',
-           'synthetic_requests', 'poisson_arrivals', 'replay', 'percentile',
-           'summarize', 'schedule']
+__all__ = ['token_logprobs', 'StepStats', 'Engine']

@@ -128,6 +128,11 @@ class KVCache:
                 self.v[layer_idx, row].index_copy_(1, positions[row], v[row])
         return self.k[layer_idx, :, :, :self._end], self.v[layer_idx, :, :, :self._end]
 
+    def attend(self, layer_idx, positions, q, k, v, window=None) -> None:
+        """None: this cache leaves attention to the layer, through update() (the
+        cache contract, llmcore.attention.KVCacheProtocol)."""
+        return None
+
     def begin_forward(self, positions: torch.Tensor) -> None:
         """A forward pass starts that writes at `positions` (batch, seq) in every layer:
         check that they fit and remember, once for all layers, where they go

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from llmcore.attention import ATTENTION_IMPLEMENTATIONS, Attention
+from llmcore.attention import (
+    ATTENTION_IMPLEMENTATIONS, Attention, KVCacheProtocol,
+)
 from llmcore.layers import (
     RMSNorm, SwiGLU, embedding_lookup, rope_cos_sin, rope_frequencies,
 )
@@ -155,9 +157,10 @@ class Transformer(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor | None = None,
-        kv_cache=None,
+        kv_cache: KVCacheProtocol | None = None,
         attention_mask: torch.Tensor | None = None,
         return_hidden_states: bool = False,
+        logits_at: torch.Tensor | None = None,
     ):
         """input_ids: (batch, seq) -> logits (batch, seq, vocab).
 
@@ -167,6 +170,9 @@ class Transformer(nn.Module):
         return_hidden_states: also return [embeddings, after block 1, ..., after block
         n] (before the final norm); self.lm_head(self.norm(h)) on any of them is the
         "logit lens" view of that layer.
+        logits_at: (k,) indices along seq: logits (batch, k, vocab) at those positions
+        only. A server samples after the last token of a prompt: the other positions'
+        logits would cost a (seq x vocab) matmul that nobody reads.
         """
         b, s = input_ids.shape
         if positions is None:
@@ -194,6 +200,8 @@ class Transformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, positions, cos_sin, kv_cache, i, attention_mask)
             hidden_states.append(x)
+        if logits_at is not None:
+            x = x[:, logits_at]
         logits = self.lm_head(self.norm(x))
         return (logits, hidden_states) if return_hidden_states else logits
 

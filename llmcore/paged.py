@@ -206,11 +206,13 @@ class PagedKVCache:
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
+        window: int | None = None,
     ) -> torch.Tensor | None:
         """Write k, v as update() does, then causal attention of q (batch, n_heads, seq,
         head_dim) over the blocks of each row: (batch, n_heads, seq, head_dim). None,
-        with nothing written, for a pass that begin_forward left to update()."""
-        if self._pairs is None:
+        with nothing written, for a pass that begin_forward left to update(), or a
+        sliding `window` (the layer then masks the gathered copy)."""
+        if self._pairs is None or window is not None:
             return None
         self._writing_only = True  # through update(): a subclass sees every write
         try:

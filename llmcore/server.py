@@ -45,8 +45,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
                          completion_logprobs, parse_chat, parse_completion, parse_json)
 from llmcore.constrained import JsonConstraint
-from llmcore.engine import Completion, Engine, Request
-from llmcore.paged import PrefixCachingKVCache
+from llmcore.engine import Engine
+from llmcore.request import Completion, Request
 
 
 class _Events:
@@ -219,9 +219,9 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         for name, doc, read in (
                 ("kv_blocks_free", "KV-cache blocks free in the pool",
-                 lambda: engine.cache.allocator.num_free),
+                 lambda: engine.blocks.num_free),
                 ("kv_blocks_total", "KV-cache blocks in the pool",
-                 lambda: engine.cache.allocator.num_blocks),
+                 lambda: engine.blocks.num_blocks),
                 ("requests_running", "requests in the running batch",
                  lambda: len(engine.running)),
                 ("requests_waiting", "requests queued for admission",
@@ -257,7 +257,7 @@ class Metrics:
         self.cached_tokens.inc(c.cached_tokens)
         if c.output_ids:
             self.ttft.observe(c.ttft)
-            self.latency.observe(c.finished - c.submitted)
+            self.latency.observe(c.e2e)
         if len(c.output_ids) > 1:
             self.tpot.observe(c.tpot)
 
@@ -291,7 +291,8 @@ class OpenAIServer:
     tokenizer) as server:` serves on server.url in background threads; from the shell:
     `python -m llmcore.server` (main() below).
 
-    num_blocks: KV blocks in the pool (default: max_batch full-context sequences).
+    kv_memory: bytes for the KV pool, or a fraction of free GPU memory; num_blocks: the
+    pool in blocks instead (default, with neither: max_batch full-context sequences).
     token_budget, admission, prefix_caching: the Engine's scheduling (chapter 9).
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
@@ -307,13 +308,14 @@ class OpenAIServer:
                  read_timeout: float = 10.0, keep_alive: float = 5.0,
                  host: str = "127.0.0.1", port: int = 0,
                  token_budget: int | None = None, admission: str = "reserve",
-                 prefix_caching: bool = False):
+                 prefix_caching: bool = False, kv_memory: int | float | None = None):
         context = model.cfg.max_position_embeddings
-        if num_blocks is None:
+        if num_blocks is None and kv_memory is None:
             num_blocks = max_batch * -(-context // block_size)
         self.engine = Engine(model, num_blocks, block_size, max_batch,
                              tokenizer=tokenizer, token_budget=token_budget,
-                             admission=admission, prefix_caching=prefix_caching)
+                             admission=admission, prefix_caching=prefix_caching,
+                             kv_memory=kv_memory, history=1024)
         self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
                                   chat_template, limits)
         self.metrics = Metrics(self.engine)
@@ -420,7 +422,9 @@ class OpenAIServer:
         events = _Events(asyncio.get_running_loop(), parsed.stream)
         ids = [f"{rid}-{i}" for i in range(jobs)]
         if parsed.json_only and self._json is None:
-            self._json = JsonConstraint(self.served.tokenizer)
+            # a walk over the whole vocabulary: built off the event loop, once
+            built = await asyncio.to_thread(JsonConstraint, self.served.tokenizer)
+            self._json = self._json or built
         self._in_flight += jobs
         try:
             for choice, request_id in enumerate(ids):
@@ -488,7 +492,7 @@ class _Reply:
         generated = sum(len(c.output_ids) for c in completions)
         usage = {"prompt_tokens": prompt, "completion_tokens": generated,
                  "total_tokens": prompt + generated}
-        if isinstance(self.server.engine.cache, PrefixCachingKVCache):
+        if self.server.engine.blocks.prefix_caching:
             # OpenAI's field for the prompt tokens served from its prompt cache
             cached = sum(c.cached_tokens for c in completions)
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
@@ -714,6 +718,21 @@ def build_app(server: OpenAIServer):
 
 
 # %% chapters/09_serving.ipynb § From the shell
+def _memory(text: str) -> int | float:
+    """--kv-memory: '0.9' (a fraction of free GPU memory), '4G', '512M' or bytes."""
+    import argparse
+
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    try:
+        if text[-1:].upper() in units:
+            return int(float(text[:-1]) * units[text[-1].upper()])
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give bytes (4G, 512M, 1048576) or a fraction such as 0.9"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000"""
     import argparse
@@ -732,8 +751,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch", type=int, default=32)
-    parser.add_argument("--num-blocks", type=int, help="KV blocks in the pool "
-                        "(default: max-batch full-context sequences)")
+    parser.add_argument("--kv-memory", type=_memory, help="the KV pool's size: bytes "
+                        "(e.g. 512M, 4G) or, on a GPU, a fraction of its free memory "
+                        "(e.g. 0.9); default: max-batch full-context sequences")
+    parser.add_argument("--num-blocks", type=int, help="the KV pool in blocks "
+                        "(overrides --kv-memory)")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-waiting", type=int, default=1024)
     parser.add_argument("--token-budget", type=int, help="most tokens computed per "
@@ -772,13 +794,14 @@ def main(argv: list[str] | None = None) -> None:
                           model_name=args.served_model_name or str(args.model),
                           chat_template=template, max_batch=args.max_batch,
                           num_blocks=args.num_blocks, block_size=args.block_size,
+                          kv_memory=None if args.num_blocks else args.kv_memory,
                           max_waiting=args.max_waiting, api_key=args.api_key,
                           host=args.host, port=args.port,
                           token_budget=args.token_budget, admission=args.admission,
                           prefix_caching=args.prefix_caching)
     print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
           f"(max_batch {args.max_batch}, "
-          f"{server.engine.cache.allocator.num_blocks} KV blocks)", flush=True)
+          f"{server.engine.blocks.num_blocks} KV blocks)", flush=True)
     server.serve_forever()
 
 

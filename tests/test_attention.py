@@ -135,11 +135,18 @@ def test_attention_module_explicit_and_sdpa_agree_with_padding_and_window():
 
 
 class RecordingCache:
-    """Minimal cache honouring the hook's contract: slot j holds position j."""
+    """Minimal cache honouring the contract (KVCacheProtocol): slot j holds position j;
+    attend() leaves attention to the layer."""
 
     def __init__(self):
         self.k = self.v = None
         self.calls = []
+
+    def begin_forward(self, positions):
+        pass
+
+    def attend(self, layer_idx, positions, q, k, v, window=None):
+        return None
 
     def update(self, layer_idx, positions, k, v):
         self.calls.append((layer_idx, positions.clone(), k.shape))

@@ -257,7 +257,7 @@ def test_engine_on_cuda_gives_each_request_its_own_greedy_tokens():
                         SamplingParams(temperature=0.0, max_tokens=5 + 3 * i))
                 for i in range(6)]
     engine = Engine(gpu, num_blocks=64, block_size=4, max_batch=4)
-    assert engine.device.type == "cuda" and _on_cuda(engine.cache.pool)
+    assert engine.device.type == "cuda" and _on_cuda(engine.runner.kv.pool)
     for r in requests:
         engine.add_request(r)
     done = {c.request_id: c for c in engine.run()}

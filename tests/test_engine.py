@@ -1,11 +1,14 @@
-"""Tests for llmcore.engine: the continuous-batching engine over the paged KV cache."""
+"""Tests for llmcore.engine and its parts (scheduler, block manager, model runner,
+request state) and llmcore.traffic."""
 import pytest
 import torch
 
 from llmcore.kvcache import KVCache, greedy_generate
 from llmcore.model import ModelConfig, Transformer
 from llmcore.sampling import SamplingParams
-from llmcore.engine import Engine, Request
+from llmcore.engine import Engine
+from llmcore.request import Request
+from llmcore.scheduler import split_budget
 
 
 def _model():
@@ -42,8 +45,8 @@ def test_every_policy_gives_each_request_its_own_tokens(kw):
     for c in done:
         request = next(r for r in requests if r.request_id == c.request_id)
         assert c.output_ids == _alone(model, request) and c.finish_reason == "length"
-        assert 0 <= c.ttft and c.first_token <= c.finished
-    assert engine.cache.allocator.num_free == engine.cache.allocator.num_blocks  # every block came back
+        assert 0 <= c.ttft and c.first_token_time <= c.finished_time
+    assert engine.blocks.num_free == engine.blocks.num_blocks  # every block came back
     assert max(engine.batch_sizes) <= kw["max_batch"]
 
 
@@ -98,8 +101,18 @@ def test_bad_requests_are_refused_with_a_reason():
     engine.add_request(Request("ok", [1], SamplingParams(temperature=0.0, max_tokens=3)))
     with pytest.raises(ValueError, match="already queued"):
         engine.add_request(Request("ok", [2], SamplingParams(temperature=0.0, max_tokens=3)))
-    with pytest.raises(ValueError, match="max_batch >= 1"):
+    with pytest.raises(ValueError, match="max_batch must be an int >= 1"):
         Engine(model, num_blocks=4, max_batch=0)
+    with pytest.raises(ValueError, match="num_blocks must be an int >= 1"):
+        Engine(model, num_blocks=0)
+    with pytest.raises(ValueError, match="as num_blocks or as kv_memory"):
+        Engine(model)
+    with pytest.raises(ValueError, match="as num_blocks or as kv_memory"):
+        Engine(model, num_blocks=4, kv_memory=2**20)
+    with pytest.raises(ValueError, match="on cpu give bytes"):
+        Engine(model, kv_memory=0.5)
+    with pytest.raises(ValueError, match="holds no block"):
+        Engine(model, kv_memory=100)
 
 
 def test_json_constrained_requests_finish_as_valid_json_next_to_free_ones():
@@ -163,7 +176,7 @@ def test_a_request_that_raises_fails_alone(tiny, at):
         alone.add_request(r)
         assert done[r.request_id].output_ids == alone.run()[0].output_ids
         assert done[r.request_id].error is None
-    assert engine.cache.allocator.num_free == engine.cache.allocator.num_blocks
+    assert engine.blocks.num_free == engine.blocks.num_blocks
 
 
 def test_logprobs_are_the_models_log_softmax():
@@ -208,8 +221,8 @@ def test_values_beyond_the_vocabulary_are_refused_before_any_step(change, messag
 
 # --- issue 15: chunked prefill, preemption, prefix caching, traffic --------------------
 
-from llmcore.engine import (Arrival, percentile, poisson_arrivals, replay, schedule,  # noqa: E402
-                            summarize, synthetic_requests)
+from llmcore.traffic import (Arrival, percentile, poisson_arrivals, replay,  # noqa: E402
+                             summarize, synthetic_requests)
 
 
 def _long_requests(n=8, seed=0, prefix=()):
@@ -234,18 +247,18 @@ def _serve(model, requests, **kw):
 
 
 def _all_blocks_back(engine):
-    allocator = engine.cache.allocator
-    assert allocator.num_free == allocator.num_blocks
-    assert not any(allocator.ref_count) and not engine.cache.tables
+    blocks = engine.blocks
+    assert blocks.num_free == blocks.num_blocks
+    assert not any(blocks.allocator.ref_count) and not blocks.tables
 
 
 def test_schedule_decodes_first_then_fills_the_budget_oldest_first():
-    assert schedule([1, 30, 1, 7], None) == [1, 30, 1, 7]
-    assert schedule([1, 30, 1, 7], 10) == [1, 8, 1, 0]
-    assert schedule([1, 5, 1, 7], 10) == [1, 5, 1, 3]
-    assert schedule([1, 1], 2) == [1, 1]
+    assert split_budget([1, 30, 1, 7], None) == [1, 30, 1, 7]
+    assert split_budget([1, 30, 1, 7], 10) == [1, 8, 1, 0]
+    assert split_budget([1, 5, 1, 7], 10) == [1, 5, 1, 3]
+    assert split_budget([1, 1], 2) == [1, 1]
     with pytest.raises(ValueError, match="cannot decode 3 requests; raise it to at least 3"):
-        schedule([1, 1, 1, 9], 2)
+        split_budget([1, 1, 1, 9], 2)
 
 
 @pytest.mark.parametrize("budget", [4, 5, 9, 16])
@@ -315,14 +328,15 @@ def test_optimistic_admission_preempts_the_newest_and_recomputes_the_same_tokens
     # 8 requests of 36 tokens need 72 blocks of 4; the pool has 24
     engine = Engine(model, num_blocks=24, block_size=4, max_batch=8,
                     admission="optimistic")
-    preempt, victims = engine._preempt, []
+    preempt, victims = engine.scheduler._preempt, []
 
-    def watched(seq):  # the oldest running request is never the one preempted
+    def watched(st):  # the oldest running request is never the one preempted
         order = list(engine.running)
+        seq = st.request_id
         assert seq == order[-1] and (len(order) == 1 or seq != order[0])
         victims.append(seq)
-        preempt(seq)
-    engine._preempt = watched
+        return preempt(st)
+    engine.scheduler._preempt = watched
     for r in requests:
         engine.add_request(r)
     done = {}
@@ -371,7 +385,8 @@ def test_requests_sharing_a_prefix_share_its_blocks_and_nothing_else():
     for r in requests[1:]:
         engine.add_request(r)
     engine.step()
-    cache = engine.cache
+    cache = engine.blocks
+    prompts = {r.request_id: r.prompt_ids for r in requests}
     shared = set(cache.tables["p1"]) & set(cache.tables["p2"])
     for a in ("p1", "p2", "p3"):  # a block in two tables holds the same tokens in both
         for b in ("p1", "p2", "p3"):
@@ -379,7 +394,7 @@ def test_requests_sharing_a_prefix_share_its_blocks_and_nothing_else():
                 if a != b and block in cache.tables[b]:
                     j = cache.tables[b].index(block)
                     assert i == j
-                    assert cache.prompts[a][:4 * (i + 1)] == cache.prompts[b][:4 * (i + 1)]
+                    assert prompts[a][:4 * (i + 1)] == prompts[b][:4 * (i + 1)]
     assert len(shared) == 3  # p1 and p2 share the 3 system blocks, not the 4th
     assert not set(cache.tables["p3"]) & (set(cache.tables["p1"]) | set(cache.tables["p2"]))
     done = {c.request_id: c for c in engine.run()}
@@ -437,8 +452,8 @@ def test_traffic_is_seeded_and_replayed_by_the_clock():
     done, seconds = replay(engine, trace)
     by_id = {c.request_id: c for c in done}
     assert by_id["b"].submitted == pytest.approx(start + 0.3, abs=0.05)
-    assert by_id["b"].first_token >= by_id["b"].submitted
-    assert seconds >= 0.3 and by_id["a"].finished < by_id["b"].submitted  # a idle gap
+    assert by_id["b"].first_token_time >= by_id["b"].submitted
+    assert seconds >= 0.3 and by_id["a"].finished_time < by_id["b"].submitted  # a idle gap
     summary = summarize(done, seconds)
     assert summary["requests"] == 2 and summary["output_tokens"] == 5
     assert summary["ttft_p99"] >= summary["ttft_p50"] > 0

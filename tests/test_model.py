@@ -106,6 +106,9 @@ class SlotCache:
     def begin_forward(self, positions):
         self.passes.append(positions.tolist())
 
+    def attend(self, layer_idx, positions, q, k, v, window=None):
+        return None  # attention is left to the layer, through update()
+
     def update(self, layer_idx, positions, k, v):
         old_k, old_v = self.k[layer_idx], self.v[layer_idx]
         self.k[layer_idx] = k if old_k is None else torch.cat([old_k, k], dim=2)

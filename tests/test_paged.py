@@ -297,10 +297,16 @@ def test_a_long_batched_prefill_stays_with_the_padded_copy():
 def test_a_sliding_window_model_keeps_the_padded_path(monkeypatch):
     cfg = ModelConfig(**{**TINY, "sliding_window": 6})
     prompts = [_ids(20, 1), _ids(3, 2)]
-    monkeypatch.setattr(PagedKVCache, "attend", lambda *a: pytest.fail("attend() with a sliding window"))
+    original, answers = PagedKVCache.attend, []
+
+    def attend(self, *args):  # asked with the window, it must decline
+        answers.append((args[-1], original(self, *args)))
+        return answers[-1][1]
+    monkeypatch.setattr(PagedKVCache, "attend", attend)
     logits, _ = _three_ways(cfg, torch.float32, prompts, [torch.randint(0, 256, (2, 1))] * 3)
     for paged_, alone in zip(logits[True], logits["alone"]):
         torch.testing.assert_close(paged_, alone, atol=1e-4, rtol=0)
+    assert answers and all(window == 6 and out is None for window, out in answers)
 
 
 def test_attend_declines_one_row_and_writes_nothing_when_it_declines():
@@ -341,22 +347,3 @@ def test_prefix_blocks_completed_in_a_block_table_pass_are_registered_after_the_
     warm = model(torch.tensor([[9, 9]]), positions=torch.tensor([[8, 9]]), kv_cache=cache)[0, -1]
     cold = model(torch.tensor([prompt[:8] + [9, 9]]))[0, -1]
     torch.testing.assert_close(warm, cold, atol=1e-4, rtol=0)
-
-
-def test_engine_greedy_tokens_are_the_same_with_and_without_attention_over_the_block_table():
-    from llmcore.engine import Engine, Request
-    from llmcore.pretrained import load_model
-    from llmcore.sampling import SamplingParams
-    model = load_model("tiny", device="cpu", dtype=torch.float32)
-    gen = torch.Generator().manual_seed(0)
-    requests = [Request(f"r{i}", torch.randint(0, 4000, (int(n),), generator=gen).tolist(),
-                        SamplingParams(temperature=0.0, max_tokens=12))
-                for i, n in enumerate(torch.randint(4, 300, (12,), generator=gen))]
-    outputs = {}
-    for flag in (True, False):
-        engine = Engine(model, num_blocks=512, block_size=16, max_batch=12)
-        engine.cache.block_attention = flag
-        for r in requests:
-            engine.add_request(r)
-        outputs[flag] = {c.request_id: c.output_ids for c in engine.run()}
-    assert outputs[True] == outputs[False] and len(outputs[True]) == 12

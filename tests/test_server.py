@@ -191,7 +191,7 @@ def _idle(base: str) -> bool:
 def _engine_idle(server: OpenAIServer) -> bool:
     engine = server.engine
     return (not engine.running and not engine.waiting
-            and engine.cache.allocator.num_free == engine.cache.allocator.num_blocks)
+            and engine.blocks.num_free == engine.blocks.num_blocks)
 
 
 def _raw_http(base: str, head: str, body: bytes = b"", wait: float = TIMEOUT

@@ -51,7 +51,8 @@ def check_continuous_steps(fn: Callable) -> Verdict:
 
 
 def _admit(waiting, running, num_free, max_batch, block_size):
-    """How many requests Engine._admit takes from the front of the queue."""
+    """How many requests the Scheduler admits from the front of the queue (reserve
+    admission)."""
     free = num_free - sum(need - taken for need, taken in running)
     admitted = 0
     for prompt_len, max_tokens in waiting:
@@ -145,8 +146,9 @@ def _raises(error: type[Exception], call: Callable) -> Callable:
 @checker
 def check_schedule_step(fn: Callable) -> Verdict:
     """`fn(needs, budget)` -> the tokens each request computes in one step (chunked
-    prefill), as llmcore.engine.schedule; ValueError when the decodes do not fit."""
-    from llmcore.engine import schedule
+    prefill), as llmcore.scheduler.split_budget; ValueError when the decodes do not
+    fit."""
+    from llmcore.scheduler import split_budget as schedule
 
     args = [
         ([1, 1, 1], 8),              # decodes only
