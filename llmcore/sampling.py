@@ -329,8 +329,8 @@ def token_counts(
 ) -> torch.Tensor:
     """(batch, vocab) counts of each token id in each row of token ids (a list per row).
 
-    Rebuilt from lists at every step to keep things simple; an engine keeps these counts
-    on the device and adds each new token as it is drawn.
+    Rebuilt from lists at every step to keep things simple; a server keeps these counts
+    on the device instead (PenaltyState) and adds each new token as it is drawn.
     """
     lengths = [len(r) for r in rows]
     ids = torch.tensor(
@@ -346,6 +346,60 @@ def token_counts(
     return counts.index_put_(
         (row_of, ids), torch.ones_like(ids, dtype=torch.int32), accumulate=True
     )
+
+
+class PenaltyState:
+    """What one request's penalties read of its tokens, kept on the device from
+    admission to the end and updated as each token is drawn, instead of rebuilt
+    from lists at every step.
+
+    seen: bool (vocab_size,), the tokens of the prompt and of the output, held only
+    if params.repetition_penalty != 1; counts: int32 (vocab_size,), how often each
+    token occurs in the output, held only if a presence or frequency penalty is set.
+    Each is None otherwise: a request without penalties holds no tensor. vocab_size
+    is the width of the model's logits; output_ids, the tokens generated already.
+    """
+
+    def __init__(self, prompt_ids: Sequence[int], vocab_size: int, device,
+                 params: SamplingParams, output_ids: Sequence[int] = ()):
+        if not _is_int(vocab_size) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        self.seen: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
+        if params.repetition_penalty != 1:
+            history = [list(prompt_ids) + list(output_ids)]
+            self.seen = token_counts(history, vocab_size, device)[0] > 0
+        if params.presence_penalty or params.frequency_penalty:
+            self.counts = token_counts([list(output_ids)], vocab_size, device)[0]
+
+    def add(self, token: int) -> None:
+        """The request emitted `token` (an int): one indexed write per tensor held."""
+        if not _is_int(token) or not 0 <= token < self.vocab_size:
+            raise ValueError(f"token must be an int in [0, {self.vocab_size}), "
+                             f"got {token!r}")
+        if self.seen is not None:
+            self.seen[token] = True
+        if self.counts is not None:
+            self.counts[token] += 1
+
+
+def _stack_rows(states, params, name: str, needed, vocab_size: int, device,
+                dtype) -> torch.Tensor:
+    """(batch, vocab_size): each row's state.<name>, zeros where a row needs none."""
+    rows, zeros = [], None
+    for row, (state, p) in enumerate(zip(states, params)):
+        t = None if state is None else getattr(state, name)
+        if t is None:
+            if needed(p):
+                raise ValueError(f"row {row}'s penalties need its PenaltyState's "
+                                 f"{name}, which it does not hold: make the state "
+                                 "with the request's own params")
+            if zeros is None:
+                zeros = torch.zeros(vocab_size, dtype=dtype, device=device)
+            t = zeros
+        rows.append(t)
+    return torch.stack(rows)
 
 
 class Sampler:
@@ -368,9 +422,11 @@ class Sampler:
         return self._shared.get(device)
 
     def processors(self, params: Sequence[SamplingParams], vocab_size: int, device,
-                   prompt_ids=None, output_ids=None) -> tuple[list, list]:
+                   prompt_ids=None, output_ids=None,
+                   states=None) -> tuple[list, list]:
         """(penalties, warpers): the processors that at least one row needs,
-        with per-row tensors.
+        with per-row tensors (the penalties' from `states` when given, else from
+        prompt_ids and output_ids).
 
         Penalties (repetition, presence/frequency, bias) change what the model prefers;
         warpers (temperature, top-k, top-p, min-p) only shape the randomness, so greedy
@@ -382,8 +438,18 @@ class Sampler:
                 [getattr(p, name) for p in params], dtype=dtype, device=device
             )
 
+        def repeats(p):
+            return p.repetition_penalty != 1
+
+        def counts_output(p):
+            return bool(p.presence_penalty or p.frequency_penalty)
+
         penalties, warpers = [], []
-        if any(p.repetition_penalty != 1 for p in params):
+        if any(map(repeats, params)) and states is not None:
+            seen = _stack_rows(states, params, "seen", repeats, vocab_size, device,
+                               torch.bool)
+            penalties.append(RepetitionPenalty(column("repetition_penalty"), seen))
+        elif any(map(repeats, params)):
             if prompt_ids is None or output_ids is None:
                 raise ValueError("repetition_penalty needs the tokens seen so far: "
                                  "pass prompt_ids and output_ids")
@@ -395,14 +461,18 @@ class Sampler:
                 > 0
             )
             penalties.append(RepetitionPenalty(column("repetition_penalty"), seen))
-        if any(p.presence_penalty or p.frequency_penalty for p in params):
-            if output_ids is None:
+        if any(map(counts_output, params)):
+            if states is not None:
+                counts = _stack_rows(states, params, "counts", counts_output,
+                                     vocab_size, device, torch.int32)
+            elif output_ids is None:
                 raise ValueError("presence/frequency penalties need the generated "
                                  "tokens: pass output_ids")
+            else:
+                counts = token_counts(output_ids, vocab_size, device)
             penalties.append(
                 PresenceFrequencyPenalty(column("presence_penalty"),
-                                         column("frequency_penalty"),
-                                         token_counts(output_ids, vocab_size, device))
+                                         column("frequency_penalty"), counts)
             )
         entries = [
             (row, token, b)
@@ -433,13 +503,18 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
                  generators: Sequence[torch.Generator | None] | None = None,
                  prompt_ids: Sequence[Sequence[int]] | None = None,
-                 output_ids: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+                 output_ids: Sequence[Sequence[int]] | None = None, *,
+                 states: Sequence[PenaltyState | None] | None = None,
+                 validate: bool = True) -> torch.Tensor:
         """Token ids (batch,) for logits (batch, vocab).
 
         generators[i] (from make_generator, kept by the caller for the life of the
         request) drives row i alone, so a seeded request draws the same tokens whatever
         else is in the batch. prompt_ids / output_ids: per-row token histories, needed
-        only for the penalties.
+        only for the penalties; or, instead of them, states[i]: row i's PenaltyState
+        (None for a row without penalties), which the caller add()s each drawn token
+        to. validate=False skips params[i].validate(), for a caller that checked each
+        request once when it arrived.
         """
         if logits.dim() != 2:
             raise ValueError("logits must be (batch, vocab), got shape "
@@ -447,13 +522,27 @@ class Sampler:
         batch, vocab = logits.shape
         generators = [None] * batch if generators is None else list(generators)
         for name, value in (("params", params), ("generators", generators),
-                            ("prompt_ids", prompt_ids), ("output_ids", output_ids)):
+                            ("prompt_ids", prompt_ids), ("output_ids", output_ids),
+                            ("states", states)):
             if value is not None and len(value) != batch:
                 raise ValueError(f"{name} has {len(value)} entries for "
                                  f"{batch} rows of logits")
-        for p in {id(p): p for p in params}.values():
-            # each distinct object once; catches fields edited after construction
-            p.validate()
+        if states is not None and (prompt_ids is not None or output_ids is not None):
+            raise ValueError("pass states or prompt_ids/output_ids, not both")
+        for row, state in enumerate(states or ()):
+            if state is None:
+                continue
+            if state.vocab_size != vocab:
+                raise ValueError(f"states[{row}] is for a vocabulary of "
+                                 f"{state.vocab_size} tokens; the logits have {vocab}")
+            for t in (state.seen, state.counts):
+                if t is not None and t.device != logits.device:
+                    raise ValueError(f"states[{row}] is on {t.device}; the logits "
+                                     f"are on {logits.device}")
+        if validate:
+            for p in {id(p): p for p in params}.values():
+                # each distinct object once; catches fields edited after construction
+                p.validate()
         for row, (p, g) in enumerate(zip(params, generators)):
             if p.seed is not None and g is None and not p.greedy:
                 raise ValueError(f"row {row} has seed={p.seed} but no generator; "
@@ -462,7 +551,7 @@ class Sampler:
                                  "pass it at every step")
 
         penalties, warpers = self.processors(
-            params, vocab, logits.device, prompt_ids, output_ids
+            params, vocab, logits.device, prompt_ids, output_ids, states
         )
         # sample in float32 whatever dtype the model computed in
         logits = logits.float()
@@ -516,4 +605,4 @@ def sample(
 __all__ = ['GREEDY_TEMPERATURE', 'SamplingParams', 'check_prompt_length',
            'LogitsProcessor', 'RepetitionPenalty', 'PresenceFrequencyPenalty',
            'LogitBias', 'Temperature', 'entropy', 'TopK', 'TopP', 'MinP',
-           'make_generator', 'token_counts', 'Sampler', 'sample']
+           'make_generator', 'token_counts', 'PenaltyState', 'Sampler', 'sample']
