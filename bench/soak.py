@@ -609,6 +609,8 @@ def commit() -> str:
                                timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "?"
+    if not head.strip():
+        return "? (not a git checkout)"
     return head.strip() + (" (llmcore/ modified)" if dirty.strip() else "")
 
 
