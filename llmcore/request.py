@@ -7,10 +7,10 @@
 while it waits or runs (`RequestState`), and what it gets back (`Completion`, with a
 `TokenLogprob` per token when log probabilities are asked for).
 
-`RequestState.computed` counts the tokens of prompt + output whose keys and values are in
-the KV cache. A request decodes when only its last token is left to compute, and prefills
-(or recomputes, after a preemption) before that: the scheduler needs nothing else to plan
-a step.
+`RequestState.computed` counts the tokens of prompt + output whose keys and values are
+in the KV cache. A request decodes when only its last token is left to compute, and
+prefills (or recomputes, after a preemption) before that: the scheduler needs nothing
+else to plan a step.
 """
 from __future__ import annotations
 

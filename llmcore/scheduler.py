@@ -16,8 +16,8 @@ on the same code.
 Admission is "reserve" (the blocks for prompt + max_tokens must be free, so a running
 request never runs out) or "optimistic" (the blocks for what is computed now, leaving a
 free block for each running request; when the pool runs out, the most recently admitted
-request is preempted: its blocks are freed and it is recomputed later from its prompt and
-the tokens it already has).
+request is preempted: its blocks are freed and it is recomputed later from its prompt
+and the tokens it already has).
 """
 from __future__ import annotations
 
@@ -166,7 +166,8 @@ class Scheduler:
                 for r in [*self.running.values(), st])
             if owed > blocks.num_free:
                 return False
-        elif blocks.missing(st.request_id, tokens) + len(self.running) > blocks.num_free:
+        elif (blocks.missing(st.request_id, tokens) + len(self.running)
+              > blocks.num_free):
             return False
         try:
             blocks.grow({st.request_id: tokens})

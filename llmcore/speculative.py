@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -141,6 +142,23 @@ class SpeculativeStats:
         return sum(a + 1 for a in self.accepted_per_pass) / max(1, self.target_passes)
 
 
+@runtime_checkable
+class Drafter(Protocol):
+    """Guesses without a model: at most k token ids, a deterministic function of the
+    tokens so far (prompt + output). PromptLookup is one."""
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]: ...
+
+
+@runtime_checkable
+class GuessesInOneCall(Protocol):
+    """A draft model that makes its k greedy guesses in one call (appendix B's
+    FastDecoder), or returns None when it cannot (then the loop steps it k times)."""
+
+    def greedy_guesses(self, ids: torch.Tensor, start: int, kv_cache: KVCache,
+                       k: int) -> list[int] | None: ...
+
+
 @torch.inference_mode()
 def speculative_generate(target, draft, tokenizer: Tokenizer | None,
                          prompt: str | Sequence[int],
@@ -181,8 +199,8 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
         raise ValueError(f"need k >= 1 and a non-empty prompt; got k={k}, "
                          f"{len(prompt_ids)} prompt tokens")
     vocab = target.cfg.vocab_size
-    drafter = hasattr(draft, "propose")  # else a model, with its own cache
-    if not drafter and not hasattr(draft, "cfg"):
+    drafter = isinstance(draft, Drafter)  # else a model, with its own cache
+    if not drafter and not isinstance(draft, torch.nn.Module):
         raise TypeError("draft must be a model or a drafter with a propose(tokens, k) "
                         f"method such as PromptLookup(); got {type(draft).__name__}")
     if draft is target:  # one object cannot keep two caches here
@@ -228,7 +246,8 @@ def speculative_generate(target, draft, tokenizer: Tokenizer | None,
         """k draft steps, after catching up on what the draft has not seen: the
         guesses and (sampling) the distributions q they were drawn from."""
         unseen = tokens[in_cache[draft]:]
-        if (params.greedy and not params.logit_bias and hasattr(draft, "greedy_guesses")
+        if (params.greedy and not params.logit_bias
+                and isinstance(draft, GuessesInOneCall)
                 and not any(reply.banned_ids(first + i) for i in range(k))):
             # A draft that makes its k greedy guesses in one call (appendix B's
             # FastDecoder): the same guesses, one call's fixed cost instead of k.
@@ -340,4 +359,5 @@ class PromptLookup:
 
 
 __all__ = ['accept_greedy', 'residual_distribution', 'accept_sampled', 'distribution',
-           'greedy_scores', 'SpeculativeStats', 'speculative_generate', 'PromptLookup']
+           'greedy_scores', 'SpeculativeStats', 'Drafter', 'GuessesInOneCall',
+           'speculative_generate', 'PromptLookup']

@@ -6,7 +6,9 @@ import torch
 from llmcore.block_manager import BlockManager
 from llmcore.engine import Engine, StepStats
 from llmcore.model import ModelConfig, Transformer
-from llmcore.model_runner import Chunk, ModelRunner, blocks_for_memory, kv_bytes_per_token
+from llmcore.model_runner import (
+    Chunk, ModelRunner, blocks_for_memory, kv_bytes_per_token,
+)
 from llmcore.request import Request
 from llmcore.sampling import SamplingParams
 
@@ -86,7 +88,8 @@ def test_the_pool_is_sized_from_a_memory_budget():
     assert blocks_for_memory(model.cfg, torch.float32, 16, 10 * 16 * per_token + 5,
                              torch.device("cpu")) == 10
     engine = Engine(model, kv_memory=7 * 16 * per_token)
-    assert engine.blocks.num_blocks == 7 and engine.runner.kv.nbytes == 7 * 16 * per_token
+    assert engine.blocks.num_blocks == 7
+    assert engine.runner.kv.nbytes == 7 * 16 * per_token
     with pytest.raises(TypeError, match="bytes .int. or a fraction"):
         Engine(model, kv_memory="1G")
 
@@ -117,8 +120,8 @@ def test_every_full_block_is_hashed_generated_ones_too_and_found_again():
 
 def test_a_preempted_request_finds_its_own_blocks_again():
     model = _model()
-    engine = Engine(model, num_blocks=64, block_size=4, max_batch=2, prefix_caching=True,
-                    admission="optimistic")
+    engine = Engine(model, num_blocks=64, block_size=4, max_batch=2,
+                    prefix_caching=True, admission="optimistic")
     engine.add_request(Request("a", list(range(1, 14)),
                                SamplingParams(temperature=0.0, max_tokens=12)))
     for _ in range(6):
