@@ -33,7 +33,7 @@ from llmcore.block_manager import BlockManager
 from llmcore.generate import Reply, default_eos_ids
 from llmcore.model_runner import Chunk, ModelRunner, blocks_for_memory
 from llmcore.request import Completion, Request, RequestState, TokenLogprob
-from llmcore.sampling import Sampler, make_generator
+from llmcore.sampling import PenaltyState, Sampler, make_generator
 from llmcore.scheduler import Scheduler, StepPlan
 from llmcore.tokenizer import Tokenizer
 
@@ -182,7 +182,9 @@ class Engine:
         reply.check_vocab(self.model.cfg.vocab_size)
         seed = request.params.seed
         generator = None if seed is None else make_generator(seed, self.device)
-        st = RequestState(request, reply, generator)
+        penalties = PenaltyState(request.prompt_ids, self.model.cfg.vocab_size,
+                                 self.device, request.params)
+        st = RequestState(request, reply, generator, penalties)
         if request.logprobs is not None:
             st.logprobs = []
         if request.prompt_logprobs:
@@ -288,10 +290,11 @@ class Engine:
 
     def _draw(self, seqs: list, logits: torch.Tensor) -> list[int]:
         states = [self.running[s] for s in seqs]
+        # params were validated once, at admission; penalty counts are kept per request
         return self.sampler(logits, [st.request.params for st in states],
                             [st.generator for st in states],
-                            [st.request.prompt_ids for st in states],
-                            [st.reply.token_ids for st in states]).tolist()
+                            states=[st.penalties for st in states],
+                            validate=False).tolist()
 
     # 3. update: log probabilities, text, stop rules, retirement
     def _update(self, new: dict[Hashable, int], ends: dict[Hashable, torch.Tensor],
@@ -309,6 +312,7 @@ class Engine:
             st = self.running[seq]
             try:
                 st.reply.add(token, now)
+                st.penalties.add(token)
             except Exception as error:
                 self._fail(st, error, done)
                 continue

@@ -21,7 +21,7 @@ import torch
 
 from llmcore.constrained import JsonConstraint
 from llmcore.generate import Reply
-from llmcore.sampling import SamplingParams
+from llmcore.sampling import PenaltyState, SamplingParams
 
 
 @dataclass
@@ -93,10 +93,12 @@ class Completion:
 class RequestState:
     """A request inside the engine, waiting or running: its `Reply` (chapter 8: the
     tokens so far, their text, when it is over), its random stream, the log
-    probabilities gathered so far, and how many of its tokens are in the cache."""
+    probabilities gathered so far, the token counts its penalties read (chapter 7's
+    PenaltyState, kept on the device), and how many of its tokens are in the cache."""
     request: Request
     reply: Reply
     generator: torch.Generator | None
+    penalties: PenaltyState | None = None
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
     computed: int = 0                 # tokens of prompt + output in the KV cache
