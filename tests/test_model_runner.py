@@ -145,3 +145,13 @@ def test_step_statistics_stay_bounded():
     assert stats.mean_batch == pytest.approx(13 / 7)
     with pytest.raises(ValueError, match="history must be an int >= 1"):
         StepStats(history=0)
+
+
+def test_the_servers_kv_memory_flag_reads_bytes_and_fractions():
+    import argparse
+
+    from llmcore.server import _memory
+    assert _memory("4G") == 4 * 2**30 and _memory("512M") == 512 * 2**20
+    assert _memory("1048576") == 2**20 and _memory("0.9") == 0.9
+    with pytest.raises(argparse.ArgumentTypeError, match="give bytes"):
+        _memory("lots")
