@@ -252,7 +252,8 @@ class Engine:
                 self._prompt_logprobs(st, start, n, logits)
             if st.computed == st.length:
                 ends[st.request_id] = logits[-1]
-            self.blocks.cache_full_blocks(st.request_id, st.tokens(0, st.computed))
+            if self.blocks.prefix_caching:
+                self.blocks.cache_full_blocks(st.request_id, st.tokens(0, st.computed))
         return ends
 
     def _prompt_logprobs(self, st: RequestState, start: int, n: int,

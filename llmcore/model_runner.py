@@ -82,6 +82,7 @@ class KVPool:
                  device: torch.device, dtype: torch.dtype):
         self.block_size, self.num_blocks = block_size, num_blocks
         self.window = cfg.sliding_window
+        self.group = cfg.n_heads // cfg.n_kv_heads  # query heads per kv head
         self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads,
                                 num_blocks * block_size, cfg.head_dim,
                                 device=device, dtype=dtype)
@@ -149,7 +150,8 @@ class KVPool:
         mask = keys[None] <= queries
         if self.window is not None:
             mask &= keys[None] > queries - self.window
-        return row, n, slots, mask
+        # one row per (query head of a group, query), as attend() stacks them
+        return row, n, slots, mask.repeat(self.group, 1)
 
     # The cache contract (llmcore.attention.KVCache protocol)
     def begin_forward(self, positions: torch.Tensor) -> None:
@@ -190,8 +192,7 @@ class KVPool:
             values = layer[1].index_select(1, slots)
             # each kv head's rep query heads stacked: (h, rep * n, d), K/V read once
             grouped = qs.reshape(h, rep * n, d)
-            o = F.scaled_dot_product_attention(grouped, keys, values,
-                                               attn_mask=mask.repeat(rep, 1))
+            o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
             out[:, row:row + n] = o.view(n_heads, n, d)
         return out[None]
 
