@@ -11,8 +11,9 @@ apart: they lay every token scheduled in the step, decodes and chunks alike, end
 in one sequence of shape (1, total_tokens), each token with its own position and its
 request's block table. The projections and the MLP then read each weight once per step
 for all of them; only attention separates the requests, each query reading the keys of
-its own request: the one-token rows (decodes) over their blocks in place, each chunk
-over its cached blocks and, causally, over itself. Logits are computed only at the
+its own request: the one-token rows (decodes) in a few groups of similar context (so that
+one long row does not pad every short one), each chunk over its cached blocks and,
+causally, over itself. Logits are computed only at the
 positions that are sampled (the last token of each request that has caught up), and at
 every prompt position of a request that asked for prompt log probabilities.
 """
@@ -110,31 +111,50 @@ class KVPool:
                 spans.append((row, n, chunk.start, table))
             row += n
         plan = {"slots": torch.tensor(slots, device=device), "tokens": row,
-                "decodes": self._decode_plan(decodes) if decodes else None,
+                "decodes": self._decode_plan(decodes) if decodes else [],
                 "spans": [self._span_plan(*span) for span in spans]}
         self._pass = plan
 
-    def _decode_plan(self, decodes):
-        """For the one-token rows: every (query, block) pair they read, the block, and
-        which of its slots the query may see (up to its position, within the window)."""
+    def _decode_plan(self, decodes, most_groups: int = 3):
+        """For the one-token rows: at most `most_groups` groups of rows of similar
+        context, each with its rows, the pool slots of its keys padded to its longest
+        row, and which of them each row may see (up to its position, within the
+        window). Grouping by length keeps one long row from padding every short one;
+        the groups are cut where they minimize the padded keys read."""
         bs, device = self.block_size, self.pool.device
-        rows = torch.tensor([r for r, _, _ in decodes], device=device)
-        query, block, pos = [], [], []
-        for i, (_, p, table) in enumerate(decodes):
-            first = 0 if self.window is None else max(0, p - self.window + 1) // bs
-            for j in range(first, p // bs + 1):
-                query.append(i)
-                block.append(table[j])
-                pos.append(j * bs)
-        query = torch.tensor(query, device=device)
-        block = torch.tensor(block, device=device)
-        slot_pos = torch.tensor(pos, device=device)[:, None] + torch.arange(
-            bs, device=device)
-        at = torch.tensor([p for _, p, _ in decodes], device=device)[query][:, None]
-        visible = slot_pos <= at
-        if self.window is not None:
-            visible &= slot_pos > at - self.window
-        return rows, query, block, visible
+        order = sorted(range(len(decodes)), key=lambda i: decodes[i][1])
+        widths = [decodes[i][1] + 1 for i in order]  # keys each row reads
+        n, inf = len(order), float("inf")
+        # cost[g][j]: fewest padded keys for the j shortest rows in g groups
+        cost = [[0.0] + [inf] * n] + [[inf] * (n + 1) for _ in range(most_groups)]
+        cut = [[0] * (n + 1) for _ in range(most_groups + 1)]
+        for g in range(1, most_groups + 1):
+            for j in range(1, n + 1):
+                for i in range(j):
+                    c = cost[g - 1][i] + (j - i) * widths[j - 1]
+                    if c < cost[g][j]:
+                        cost[g][j], cut[g][j] = c, i
+        g = min(range(1, most_groups + 1), key=lambda g: cost[g][n])
+        groups, j = [], n
+        while j > 0:
+            groups.append(order[cut[g][j]:j])
+            j, g = cut[g][j], g - 1
+        plans = []
+        for group in groups:
+            width = max(decodes[i][1] for i in group) + 1
+            n_blocks = -(-width // bs)
+            table = torch.tensor([decodes[i][2][:n_blocks] + [decodes[i][2][0]]
+                                  * (n_blocks - len(decodes[i][2][:n_blocks]))
+                                  for i in group], device=device)
+            span = torch.arange(width, device=device)
+            slots = table[:, span // bs] * bs + span % bs  # (rows, width)
+            at = torch.tensor([decodes[i][1] for i in group], device=device)[:, None]
+            visible = span[None] <= at
+            if self.window is not None:
+                visible &= span[None] > at - self.window
+            rows = torch.tensor([decodes[i][0] for i in group], device=device)
+            plans.append((rows, slots, visible[:, None, None]))
+        return plans
 
     def _span_plan(self, row: int, n: int, start: int, table: list[int]):
         """For a chunk of n > 1 tokens: its rows, the slots of every key it reads
@@ -177,10 +197,15 @@ class KVPool:
         h = k.shape[1]
         rep = n_heads // h  # query head kv * rep + r reads kv head kv
         out = torch.empty_like(q[0])  # (n_heads, tokens, head_dim)
-        if plan["decodes"] is not None:
-            rows, query, block, visible = plan["decodes"]
-            out[:, rows] = self._attend_blocks(layer, q[0][:, rows], query, block,
-                                               visible, h, rep)
+        for rows, slots, visible in plan["decodes"]:
+            r, width = slots.shape
+            flat = slots.flatten()
+            keys = layer[0].index_select(1, flat).view(h, r, width, d).transpose(0, 1)
+            values = layer[1].index_select(1, flat).view(h, r, width, d).transpose(0, 1)
+            # each row's rep query heads of a kv head as rep queries: K/V read once
+            qs = q[0][:, rows].view(h, rep, r, d).permute(2, 0, 1, 3)
+            o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=visible)
+            out[:, rows] = o.permute(1, 2, 0, 3).reshape(n_heads, r, d)
         for row, n, slots, mask in plan["spans"]:
             qs = q[0, :, row:row + n]
             if slots is None:  # a whole prompt in one chunk: causal over itself
@@ -195,26 +220,6 @@ class KVPool:
             o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
             out[:, row:row + n] = o.view(n_heads, n, d)
         return out[None]
-
-    def _attend_blocks(self, layer, q, query, block, visible, h, rep):
-        """Attention of one-token queries q (n_heads, rows, d) over their blocks, read
-        in place: one softmax per query across all the blocks it reads."""
-        n_heads, rows, d = q.shape
-        bs = self.block_size
-        blocks = layer.unflatten(2, (-1, bs))  # (2, h, num_blocks, bs, d)
-        keys = blocks[0].index_select(1, block)  # (h, pairs, bs, d)
-        values = blocks[1].index_select(1, block)
-        qs = q.view(h, rep, rows, d).transpose(1, 2)  # (h, rows, rep, d)
-        scores = (qs.index_select(1, query) @ keys.transpose(-1, -2)) * d**-0.5
-        scores = scores.float().masked_fill(~visible[None, :, None], float("-inf"))
-        top = scores.new_full((h, rows, rep), float("-inf")).scatter_reduce(
-            1, query[None, :, None].expand(h, -1, rep), scores.amax(-1), "amax")
-        weights = torch.exp(scores - top.index_select(1, query)[..., None])
-        total = scores.new_zeros(h, rows, rep).index_add_(1, query, weights.sum(-1))
-        out = scores.new_zeros(h, rows, rep, d).index_add_(
-            1, query, (weights.to(values.dtype) @ values).float())
-        out = (out / total[..., None]).to(q.dtype)  # (h, rows, rep, d)
-        return out.transpose(1, 2).reshape(n_heads, rows, d)
 
 
 class ModelRunner:
