@@ -155,3 +155,25 @@ def test_the_servers_kv_memory_flag_reads_bytes_and_fractions():
     assert _memory("1048576") == 2**20 and _memory("0.9") == 0.9
     with pytest.raises(argparse.ArgumentTypeError, match="give bytes"):
         _memory("lots")
+
+
+def test_decode_rows_are_grouped_by_context_so_a_long_one_pads_no_short_one():
+    model = _model()
+    runner = ModelRunner(model, 64, 4)
+    # one row at position 90 among rows at 2..9: grouped apart from the short ones
+    positions = [90, 3, 2, 9, 5, 4]
+    tables, first = [], 0
+    for p in positions:
+        n = p // 4 + 1
+        tables.append(list(range(first, first + n)))
+        first += n
+    groups = runner.kv._decode_plan([(i, p, t) for i, (p, t)
+                                     in enumerate(zip(positions, tables))])
+    assert 1 <= len(groups) <= 3
+    rows_of = {tuple(sorted(rows.tolist())): slots.shape[1]
+               for rows, slots, _ in groups}
+    assert rows_of[(0,)] == 91  # the long row alone, its 91 keys
+    assert sum(len(rows) * width for rows, width in rows_of.items()) < 91 + 6 * 10
+    for rows, slots, visible in groups:  # each row sees exactly its own positions
+        for row, seen in zip(rows.tolist(), visible[:, 0, 0]):
+            assert seen.sum() == positions[row] + 1
