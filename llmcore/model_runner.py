@@ -11,8 +11,8 @@ apart: they lay every token scheduled in the step, decodes and chunks alike, end
 in one sequence of shape (1, total_tokens), each token with its own position and its
 request's block table. The projections and the MLP then read each weight once per step
 for all of them; only attention separates the requests, each query reading the keys of
-its own request: the one-token rows (decodes) in a few groups of similar context (so that
-one long row does not pad every short one), each chunk over its cached blocks and,
+its own request: the one-token rows (decodes) in a few groups of similar context (so
+that one long row does not pad every short one), each chunk over its cached blocks and,
 causally, over itself. Logits are computed only at the
 positions that are sampled (the last token of each request that has caught up), and at
 every prompt position of a request that asked for prompt log probabilities.
