@@ -125,12 +125,19 @@ class KVPool:
         order = sorted(range(len(decodes)), key=lambda i: decodes[i][1])
         widths = [decodes[i][1] + 1 for i in order]  # keys each row reads
         n, inf = len(order), float("inf")
-        # cost[g][j]: fewest padded keys for the j shortest rows in g groups
+        # Groups end at one of at most 16 candidate rows (all of them in a small
+        # batch), so that planning stays cheap for a batch of hundreds.
+        ends = sorted({-(-n * k // 16) for k in range(1, 17)} | {n}) if n > 16 else \
+            list(range(1, n + 1))
+        ends = [0] + ends
+        # cost[g][e]: fewest padded keys for the ends[e] shortest rows in g groups
         cost = [[0.0] + [inf] * n] + [[inf] * (n + 1) for _ in range(most_groups)]
         cut = [[0] * (n + 1) for _ in range(most_groups + 1)]
         for g in range(1, most_groups + 1):
-            for j in range(1, n + 1):
-                for i in range(j):
+            for j in ends[1:]:
+                for i in ends:
+                    if i >= j:
+                        break
                     c = cost[g - 1][i] + (j - i) * widths[j - 1]
                     if c < cost[g][j]:
                         cost[g][j], cut[g][j] = c, i

@@ -177,3 +177,19 @@ def test_decode_rows_are_grouped_by_context_so_a_long_one_pads_no_short_one():
     for rows, slots, visible in groups:  # each row sees exactly its own positions
         for row, seen in zip(rows.tolist(), visible[:, 0, 0]):
             assert seen.sum() == positions[row] + 1
+
+
+def test_planning_a_large_decode_batch_stays_exact():
+    runner = ModelRunner(_model(), 4096, 4)
+    positions = [3 + (i * 37) % 120 for i in range(300)]  # 300 rows, mixed contexts
+    tables, first = [], 0
+    for p in positions:
+        tables.append(list(range(first, first + p // 4 + 1)))
+        first += p // 4 + 1
+    groups = runner.kv._decode_plan([(i, p, t) for i, (p, t)
+                                     in enumerate(zip(positions, tables))])
+    assert 1 <= len(groups) <= 3
+    assert sorted(r for rows, _, _ in groups for r in rows.tolist()) == list(range(300))
+    for rows, slots, visible in groups:
+        for row, seen in zip(rows.tolist(), visible[:, 0, 0]):
+            assert seen.sum() == positions[row] + 1
