@@ -102,7 +102,7 @@ class RequestState:
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
     computed: int = 0                 # tokens of prompt + output in the KV cache
-    cached_tokens: int = 0            # of which found in the prefix cache
+    cached_tokens: int = 0            # prompt tokens found in the cache on arrival
     preemptions: int = 0
 
     @property

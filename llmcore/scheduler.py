@@ -122,7 +122,7 @@ class Scheduler:
         """Free a running request's blocks and queue it first, to be recomputed."""
         del self.running[st.request_id]
         self.blocks.free(st.request_id)
-        st.computed = st.cached_tokens = 0
+        st.computed = 0
         st.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(st)
@@ -146,7 +146,9 @@ class Scheduler:
                 self.blocks.free(seq)
                 break  # first come, first served: no later request may pass
             self.waiting.popleft()
-            st.computed = st.cached_tokens = cached
+            st.computed = cached
+            if not st.preemptions:  # what the client is told: its prompt's reuse at
+                st.cached_tokens = cached  # arrival, not the server's own recomputes
             self.running[seq] = st
             admitted.append((st, n))
             planned += n

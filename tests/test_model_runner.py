@@ -119,21 +119,23 @@ def test_every_full_block_is_hashed_generated_ones_too_and_found_again():
 
 
 def test_a_preempted_request_finds_its_own_blocks_again():
-    model = _model()
-    engine = Engine(model, num_blocks=64, block_size=4, max_batch=2,
-                    prefix_caching=True, admission="optimistic")
-    engine.add_request(Request("a", list(range(1, 14)),
-                               SamplingParams(temperature=0.0, max_tokens=12)))
-    for _ in range(6):
-        engine.step()
-    st = engine.running["a"]
-    computed = st.computed
-    engine.scheduler._preempt(st)
-    (done,) = engine.run()
-    assert done.preemptions == 1
-    # found again: every full block of prompt and output computed before the preemption
-    assert done.cached_tokens == (computed - 1) // 4 * 4 > 13
-
+    computed = {}
+    for caching in (False, True):
+        engine = Engine(_model(), num_blocks=64, block_size=4, max_batch=2,
+                        prefix_caching=caching, admission="optimistic")
+        engine.add_request(Request("a", list(range(1, 14)),
+                                   SamplingParams(temperature=0.0, max_tokens=12)))
+        for _ in range(6):
+            engine.step()
+        st = engine.running["a"]
+        before = st.computed
+        engine.scheduler._preempt(st)
+        (done,) = engine.run()
+        assert done.preemptions == 1
+        assert done.cached_tokens == 0  # the client's prompt found nothing on arrival
+        computed[caching] = engine.stats.tokens
+    # the recompute skips every full block of prompt and output computed before
+    assert computed[False] - computed[True] == (before - 1) // 4 * 4 > 13
 
 def test_step_statistics_stay_bounded():
     stats = StepStats(history=3)
