@@ -422,8 +422,8 @@ class Sampler:
         return self._shared.get(device)
 
     def processors(self, params: Sequence[SamplingParams], vocab_size: int, device,
-                   prompt_ids=None, output_ids=None,
-                   states=None) -> tuple[list, list]:
+                   prompt_ids=None, output_ids=None, states=None
+                   ) -> tuple[list[LogitsProcessor], list[LogitsProcessor]]:
         """(penalties, warpers): the processors that at least one row needs,
         with per-row tensors (the penalties' from `states` when given, else from
         prompt_ids and output_ids).
