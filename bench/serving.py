@@ -73,7 +73,6 @@ differ.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import tempfile
@@ -105,6 +104,9 @@ from llmcore.profile import (  # noqa: E402
     median_time,
 )
 from llmcore.sampling import SamplingParams  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tokenizer_train import cpu_name  # noqa: E402  (bench/ holds the one copy)
 
 SECTIONS = ("peer", "trace", "chunked", "prefix", "tight")
 BLOCK = 16  # tokens per KV block (page), both libraries
@@ -142,16 +144,6 @@ QUICK = Sizes(n=32, prompt_lens=(16, 256), output_lens=(4, 128), big_n=8,
               chunk_running_tokens=32, chunk_prompt=1024, chunk_budget=128,
               prefix_n=32, prefix_output_lens=(4, 32), repeat=1)
 
-
-def cpu_model() -> str:
-    """The CPU model from /proc/cpuinfo (else the architecture)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def verdict(ok: bool) -> str:
@@ -552,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     import transformers
 
-    print(f"machine: {cpu_model()}, "
+    print(f"machine: {cpu_name()}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"transformers {transformers.__version__}; float32, greedy, KV blocks of "
           f"{BLOCK} tokens, median of {sizes.repeat} rounds after a warm-up")
