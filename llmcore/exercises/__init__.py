@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 _SKELETON = "Replace the `raise NotImplementedError` with your code."
+_NO_NUMBER = "Replace None with the number you worked out."
 LANGUAGES = ("en", "zh")
 _language: str | None = None
 
@@ -90,6 +91,7 @@ class Verdict:
         mark = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "✏️"}[self.status]
         if lang == "zh":
             exercise = re.sub(r"^Exercise ", "练习 ", self.exercise)
+            exercise = re.sub(r"^Question ", "问题 ", exercise)
             return (f"{mark} {exercise}：{_ZH_STATUS[self.status]}。"
                     f"{zh_message(self.message)}")
         return f"{mark} {self.exercise}: {self.status}. {self.message}"
@@ -117,6 +119,18 @@ def _zh_hint(rest: str) -> str:
 _ZH_MESSAGES: list[tuple[re.Pattern, Callable[[re.Match], str]]] = [
     (re.compile(re.escape(_SKELETON) + "$"),
      lambda m: "把 `raise NotImplementedError` 换成你的代码。"),
+    (re.compile(re.escape(_NO_NUMBER) + "$"),
+     lambda m: "把 None 换成你算出的数。"),
+    (re.compile(r"matches the answer \(within (.*)\)\.$"),
+     lambda m: f"与答案相符（误差在 {m[1]} 以内）。"),
+    (re.compile(r"check 1: (.*) is not within (.*) of the answer; redo the arithmetic "
+                r"and check the units\.$"),
+     lambda m: f"检查 1 不成立：{m[1]} 与答案相差超过 {m[2]}；重算一遍并核对单位。"),
+    (re.compile(r"check 1 \(the function that works out the number\) raised (\w+): "
+                r"(.*)$", re.S),
+     lambda m: f"检查 1（算出这个数的函数）抛出了 {m[1]}: {m[2]}"),
+    (re.compile(r"check 1: expected a number, got (\S+)\.$"),
+     lambda m: f"检查 1 不成立：应当是一个数，得到的是 {m[1]}。"),
     (re.compile(r"all (\d+) cases match\.$"), lambda m: f"全部 {m[1]} 个用例都对。"),
     (re.compile(r"all (\d+) checks hold\.$"), lambda m: f"全部 {m[1]} 项检查都成立。"),
     (re.compile(r"expected a function, got (\S+)\.$"),
@@ -144,7 +158,7 @@ def zh_message(message: str) -> str:
     return _zh(message)
 
 
-_VERDICT_LINE = re.compile(r"^(✅|❌|✏️) (Exercise [0-9A-Z]+\.\d+ \([^)]*\)): "
+_VERDICT_LINE = re.compile(r"^(✅|❌|✏️) ((?:Exercise|Question) [0-9A-Z]+\.\d+ \([^)]*\)): "
                            r"(passed|failed|not attempted)\. (.*)$", re.M)
 
 
@@ -240,6 +254,59 @@ def checker(fn: Callable[[Callable], Verdict]) -> Callable[[Callable], Verdict]:
     return fn
 
 
+def number_question(name: str, answer: float, rel: float = 0.05
+                    ) -> Callable[[Any], Verdict]:
+    """A checker for a pen-and-paper question whose answer is a number: `name` is
+    "Question N.k (what)", `answer` the number (computed in the chapter's checker module,
+    not typed into the notebook) and `rel` the relative tolerance. The learner passes
+    the number (None: not attempted); a function is called with no arguments, so that
+    the answer may be the code that works it out. Register it in the chapter's module:
+    ``check_q_kv_bytes = number_question("Question 6.1 (KV bytes)", 2 * 30 * 576 * 2)``.
+    """
+    if not re.match(r"^Question [0-9A-Z]+\.\d+ \(", name):
+        raise ValueError(f"a question's name reads 'Question N.k (what)', got {name!r}")
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or rel <= 0:
+        raise ValueError(f"answer must be a number and rel > 0, got {answer!r}, {rel!r}")
+
+    def check(got: Any) -> Verdict:
+        if callable(got):
+            try:
+                got = got()
+            except NotImplementedError:
+                return report(Verdict(name, NOT_ATTEMPTED, _NO_NUMBER))
+            except Exception as e:  # the learner's bug is reported, never raised
+                return report(Verdict(name, FAILED, f"check 1 (the function that "
+                                      f"works out the number) raised "
+                                      f"{type(e).__name__}: {e}"))
+        if got is None:
+            return report(Verdict(name, NOT_ATTEMPTED, _NO_NUMBER))
+        if hasattr(got, "item") and getattr(got, "ndim", 1) == 0:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return report(Verdict(name, FAILED, f"check 1: expected a number, got "
+                                  f"{type(got).__name__}."))
+        tolerance = f"{rel:.0%}" if rel >= 0.01 else f"{rel:g}"
+        if math.isclose(got, answer, rel_tol=rel):
+            return report(Verdict(name, PASSED, f"matches the answer (within "
+                                  f"{tolerance})."))
+        return report(Verdict(name, FAILED, f"check 1: {_short(got)} is not within "
+                              f"{tolerance} of the answer; redo the arithmetic and "
+                              f"check the units."))
+
+    check.answer, check.rel = answer, rel
+    return check
+
+
+def register_questions(module_globals: dict) -> None:
+    """Register every `check_q_*` question checker of a chapter module in
+    :data:`CHECKERS` (call it at the end of the module with ``globals()``)."""
+    module = module_globals["__name__"].rsplit(".", 1)[-1]
+    for var, fn in module_globals.items():
+        if var.startswith("check_q_") and hasattr(fn, "answer"):
+            CHECKERS[f"{module}.{var}"] = fn
+
+
 __all__ = ["Case", "Verdict", "set_language", "language", "translate_verdicts",
            "approx_equal", "run_cases", "run_checks", "report",
-           "checker", "CHECKERS", "PASSED", "FAILED", "NOT_ATTEMPTED"]
+           "checker", "number_question", "register_questions",
+           "CHECKERS", "PASSED", "FAILED", "NOT_ATTEMPTED"]
