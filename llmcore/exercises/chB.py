@@ -1,12 +1,14 @@
 """Checkers for the exercises of appendix B (making CPU decode fast). Hand-written."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 
 def _layers(sizes, n_in, bias, seed):
@@ -90,3 +92,16 @@ def check_slots_attended(fn: Callable) -> Verdict:
         compare=lambda got, exp: isinstance(got, (tuple, list)) and tuple(got) == exp,
         hint="a window of w covers the new token and the w - 1 before it; never start "
              "below slot 0, and stop before the new position."))
+
+
+# --- pen-and-paper questions ----------------------------------------------------------
+
+SMOLLM2_FLOAT32_BYTES = 540e6  # the appendix's figure for SmolLM2-135M's weights
+# Question B.1: bfloat16 halves the bytes; one read per step at 30 GB/s, in ms.
+check_q_step_floor = number_question(
+    "Question B.1 (step floor)", 1e3 * (SMOLLM2_FLOAT32_BYTES / 2) / 30e9)
+# Question B.2: k = 4 guesses -> k + 1 rows, read in blocks of up to three rows.
+check_q_verify_reads = number_question(
+    "Question B.2 (verify reads)", math.ceil((4 + 1) / 3))
+
+register_questions(globals())

@@ -45,4 +45,13 @@ ANSWERS = {
         [lambda p, w: _slots(p, w, clamp=False),               # negative slots
          lambda p, w: _slots(p, w, own=True),                  # reads its own slot
          lambda p, w: _slots(p, w, off=-1)]),                  # one slot too many
+    "chB.check_q_step_floor": (9.0, [18.0,      # float32's bytes
+                                     4.5,       # halved twice
+                                     0.009,     # seconds, not ms
+                                     9000.0,    # microseconds
+                                     111.0]),   # tokens per second
+    "chB.check_q_verify_reads": (2, [5,         # once per row
+                                     4,         # k rows, not k + 1
+                                     1,         # all rows in one read
+                                     5 / 3]),   # no rounding up
 }
