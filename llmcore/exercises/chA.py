@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 
 def _windows(n_ids: int, seq_len: int, stride: int) -> list[tuple[int, int, int]]:
@@ -78,3 +79,23 @@ def check_heldout_modules(fn: Callable) -> Verdict:
         ("every=1 holds out everything", lambda: set(fn(list(names), 1)) == set(names)),
         ("the input list must not be modified", input_unchanged),
     ]))
+
+
+# --- pen-and-paper questions ----------------------------------------------------------
+
+# Question A.1: 4.0 nats per token at 5.2 bytes per token, in bits per byte
+# (llmcore.pretrained.bits_per_byte's conversion).
+check_q_bits_per_byte = number_question(
+    "Question A.1 (bits per byte)", 4.0 / (5.2 * math.log(2)), rel=0.02)
+
+
+def _tokens_run(n_ids: int, seq_len: int, stride: int) -> int:
+    return sum(end - start for start, end, _ in _windows(n_ids, seq_len, stride))
+
+
+# Question A.3: tokens run with stride 128 over those with stride 256 (1,025 tokens).
+check_q_overlap_cost = number_question(
+    "Question A.3 (overlap cost)",
+    _tokens_run(1025, 256, 128) / _tokens_run(1025, 256, 256))
+
+register_questions(globals())

@@ -59,4 +59,12 @@ ANSWERS = {
         [lambda modules, every: set(modules[::every]),                   # not sorted
          lambda modules, every: set(sorted(modules)[every - 1::every]),  # starts late
          _heldout_in_place]),
+    "chA.check_q_bits_per_byte": (1.11, [4.0 / 5.2,                    # no ln 2
+                                         4.0 / math.log(2),            # bits per token
+                                         4.0 * math.log(2) / 5.2,      # times ln 2
+                                         4.0 * 5.2 / math.log(2)]),    # times the bytes
+    "chA.check_q_overlap_cost": (1.75, [2.0,     # every window scores only the stride
+                                        1.0,     # the same windows
+                                        1.5,     # one window short
+                                        7.0]),   # windows, not a ratio
 }
