@@ -50,4 +50,11 @@ ANSWERS = {
          lambda n, b, s, peak, bw: (n * s / peak, n * b / bw),          # 1 FLOP/weight
          lambda n, b, s, peak, bw: (2 * n * s / peak, n * b * s / bw),  # per token
          lambda n, b, s, peak, bw: (n * b * s / bw, n * b / bw)]),      # memory-bound
+    # intensity = batch in bf16; the A100's ridge is 312e12 / 2.039e12 FLOP/byte
+    "ch05.check_q_batch_to_ridge": (
+        312e12 / 2.039e12,
+        [312e12 / 2.039e12 / 2,   # bytes per weight forgotten: intensity 2B
+         312e12 / 2.039e12 * 2,   # 1 FLOP per weight, or float32's 4 bytes
+         989e12 / 3.35e12,        # the H100's ridge
+         2.039e12 / 312e12]),     # the ratio upside down
 }
