@@ -5,7 +5,8 @@ from typing import Callable
 
 import torch
 
-from . import Verdict, approx_equal, checker, report, run_checks
+from . import (Verdict, approx_equal, checker, number_question, register_questions,
+               report, run_checks)
 
 
 def _device_checks(fn: Callable) -> list[tuple[str, Callable[[], bool]]]:
@@ -128,3 +129,15 @@ def check_seeded_draws(fn: Callable) -> Verdict:
         ("frequencies of 4,000 draws must follow probs within 0.04", follows_probs),
         ("draws must be Python ints in range(len(probs))", ints_in_range),
     ]))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# from the chapter's own numbers, never typed into the notebook.
+_GPU_BYTES_PER_S = 2e12  # the question's GPU: 2 TB/s
+_PARAMS_8B = 8e9
+# Question 0.1: decode reads every weight once per token, 2 bytes each in bfloat16
+check_q_decode_ceiling = number_question(
+    "Question 0.1 (decode ceiling)",
+    _GPU_BYTES_PER_S / (_PARAMS_8B * torch.bfloat16.itemsize), rel=0.05)
+
+register_questions(globals())

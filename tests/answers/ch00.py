@@ -57,4 +57,6 @@ ANSWERS = {
     "ch00.check_seeded_draws": (
         _draws_private,
         [_draws_global_rng, _draws_unseeded, lambda p, n, s: [0] * n]),
+    # 125 tokens/s; wrong: 1 byte per weight, float32, seconds per token, GiB for GB
+    "ch00.check_q_decode_ceiling": (125, [250, 62.5, 0.008, 134.2]),
 }
