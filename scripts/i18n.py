@@ -179,13 +179,31 @@ def _names(text: str, open_: str, close: str) -> list[str]:
     return [o for o in dict.fromkeys(out) if o]
 
 
+ALSO = ".. also:"  # a glossary entry's alternative names (a comment line for Sphinx)
+
+
+def also_names(entry: str) -> tuple[list[str], list[str]]:
+    """(English, Chinese) alternative names of one glossary entry: its `.. also:` lines,
+    names separated by `;`. A name with a Chinese character is a Chinese name (an accepted
+    short form or phrasing, e.g. 每个词元的计算量 for 每词元计算量), any other an English one
+    (a synonym the English text uses, e.g. stop string for stop sequence)."""
+    en, zh = [], []
+    for line in entry.splitlines():
+        if line.startswith(ALSO):
+            for name in (n.strip() for n in line[len(ALSO):].split(";")):
+                if name:
+                    (zh if re.search(r"[\u4e00-\u9fff]", name) else en).append(name)
+    return en, zh
+
+
 def glossary_terms() -> list[tuple[list[str], list[str]]]:
-    """(English names, Chinese names) of every glossary entry, from book/glossary.md."""
+    """(English names, Chinese names) of every glossary entry, from book/glossary.md; the
+    first of each list is the entry's own name, then its parts and `.. also:` names."""
     text = (ROOT / "book" / "glossary.md").read_text(encoding="utf-8")
     body = text.split("```{glossary}", 1)[1].split("\n```", 1)[0]
     terms = []
     for entry in body.strip().split("\n\n"):
-        lines = [ln for ln in entry.splitlines() if ln.strip()]
+        lines = [ln for ln in entry.splitlines() if ln.strip() and not ln.startswith(".. ")]
         if len(lines) < 2 or lines[0].startswith(" "):
             continue
         en, zh = lines[0], lines[1]
@@ -196,6 +214,9 @@ def glossary_terms() -> list[tuple[list[str], list[str]]]:
         en_names = _names(en, "(", ")")
         # "top-k 采样", "UTF-8 编码": the English name inside the Chinese one counts too
         zh_names += [n for n in en_names if n.lower() in zh.lower() and n not in zh_names]
+        en_also, zh_also = also_names(entry)
+        en_names += [n for n in en_also if n not in en_names]
+        zh_names += [n for n in zh_also if n not in zh_names]
         terms.append((en_names, zh_names))
     return terms
 
