@@ -9,8 +9,8 @@ from typing import Callable
 from llmcore.profile import (ACCELERATORS, MODEL_SHAPES, attention_flops, decode_cost,
                              kv_bytes_per_token, matmul_weights)
 
-from . import (Case, Verdict, approx_equal, checker, number_question, register_questions,
-               report, run_cases)
+from . import (Case, Verdict, approx_equal, checker, number_question,
+               register_questions, report, run_cases)
 
 
 def _shape(name: str):
@@ -95,10 +95,10 @@ def check_latency_floors(fn: Callable) -> Verdict:
              "tpot = n_params * bytes_per_param / bandwidth (memory-bound decode)."))
 
 
-# --- Check your understanding: pen-and-paper questions ---------------------------------
+# --- Check your understanding: pen-and-paper questions ------------------------------
 
-# Question 5.1: in bfloat16 a decode step does 2 FLOPs per 2-byte weight per sequence, so
-# its intensity is the batch itself; it reaches the A100's ridge at batch = ridge.
+# Question 5.1: in bfloat16 a decode step does 2 FLOPs per 2-byte weight per sequence,
+# so its intensity is the batch itself; it reaches the A100's ridge at batch = ridge.
 check_q_batch_to_ridge = number_question(
     "Question 5.1 (batch to ridge)", _ridge("A100") * 2 / 2)
 

@@ -6,8 +6,10 @@ from typing import Callable
 import torch
 
 from llmcore.paged import block_hash
+from llmcore.profile import MODEL_SHAPES
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 
 @checker
@@ -119,3 +121,21 @@ def check_reusable_prefix(fn: Callable) -> Verdict:
         ("a key whose stored tokens differ from the prompt's (a hash collision) is a "
          "miss", case(a, index_of(collide_with=(first_key, (0, 0, 0, 0))), 0)),
     ]))
+
+
+# --- Check your understanding: pen-and-paper questions ------------------------------
+
+# Question 6.1: 20 Mistral-7B-v0.3 conversations of 8,000 tokens, bfloat16 cache, in
+# GiB: a key and a value per layer and key/value head per token.
+_MISTRAL = MODEL_SHAPES["Mistral-7B-v0.3"]
+check_q_kv_gib = number_question(
+    "Question 6.1 (KV GiB)",
+    2 * _MISTRAL.n_layers * _MISTRAL.n_kv_heads * _MISTRAL.head_dim * 2  # bytes a token
+    * 8000 * 20 / 2**30)
+
+# Question 6.2: a 1,000-token system prompt in 16-token blocks leaves 1000 // 16 full
+# blocks cached; the rest of the 1,030-token prompt is prefilled.
+check_q_prefilled = number_question(
+    "Question 6.2 (tokens prefilled)", 1030 - (1000 // 16) * 16, rel=1e-9)
+
+register_questions(globals())

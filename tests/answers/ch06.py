@@ -64,4 +64,15 @@ ANSWERS = {
         [lambda p, bs, idx: _reuse(p, bs, idx, chained=False),      # same block after any prefix
          lambda p, bs, idx: _reuse(p, bs, idx, recheck=False),      # trusts the hash blindly
          lambda p, bs, idx: _reuse(p, bs, idx, keep_last=False)]),  # reuses the last token too
+    # 2 x 32 layers x 8 kv heads x 128 x 2 bytes x 8,000 tokens x 20 conversations
+    "ch06.check_q_kv_gib": (
+        2 * 32 * 8 * 128 * 2 * 8000 * 20 / 2**30,
+        [32 * 8 * 128 * 2 * 8000 * 20 / 2**30,      # keys only (or values only)
+         2 * 32 * 8 * 128 * 4 * 8000 * 20 / 2**30,  # float32
+         2 * 32 * 32 * 128 * 2 * 8000 * 20 / 2**30,  # query heads cached
+         2 * 32 * 8 * 128 * 2 * 8000 * 20 / 1e9,    # GB, not GiB
+         2 * 32 * 8 * 128 * 2 * 8000 / 2**30]),     # one conversation
+    # 62 full blocks (992 tokens) of the system prompt are reused
+    "ch06.check_q_prefilled": (
+        38, [30, 31, 1030, 22, 8, 1030 - 1000]),
 }
