@@ -1,14 +1,15 @@
 """Checkers for the exercises of chapter 07 (sampling). Hand-written."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
 from llmcore.sampling import TopP
 
-from . import (FAILED, Case, Verdict, approx_equal, checker, report, run_cases,
-               run_checks)
+from . import (FAILED, Case, Verdict, approx_equal, checker, number_question,
+               register_questions, report, run_cases, run_checks)
 
 
 def _reference_top_p(logits: torch.Tensor, temperature: float,
@@ -113,3 +114,16 @@ def check_distinct_n(fn: Callable) -> Verdict:
         "Exercise 7.3 (distinct_n)", fn, cases,
         hint="collect the n-grams of every completion separately into one list; divide "
              "the size of its set by its length."))
+
+
+# --- Check your understanding: pen-and-paper questions ------------------------------
+
+# Question 7.1: top-p 0.8 over 0.5, 0.2, 0.15, 0.1, 0.05 keeps the first three (0.85);
+# the most likely is renormalised by their sum.
+check_q_top_p = number_question("Question 7.1 (top-p)", 0.5 / (0.5 + 0.2 + 0.15))
+
+# Question 7.2: logits 2 and 1 at T = 0.5 become 4 and 2; a two-way softmax.
+check_q_temperature = number_question(
+    "Question 7.2 (temperature)", 1 / (1 + math.exp(-(2.0 - 1.0) / 0.5)), rel=0.01)
+
+register_questions(globals())

@@ -67,4 +67,18 @@ ANSWERS = {
         _distinct,
         [lambda c, n: _distinct(c, n, "joined"),
          lambda c, n: _distinct(c, n, "per_completion")]),
+    # three tokens kept (0.85); 0.5 renormalised by 0.85
+    "ch07.check_q_top_p": (
+        0.5 / 0.85,
+        [0.5,          # not renormalised
+         0.5 / 0.7,    # two tokens kept (stops before reaching p)
+         0.5 / 0.8,    # divided by p
+         0.5 / 0.95]), # four tokens kept
+    # softmax of (4, 2): 1 / (1 + e^-2)
+    "ch07.check_q_temperature": (
+        0.8808,
+        [0.7311,       # temperature ignored (T = 1)
+         0.6225,       # logits multiplied by T (T = 2)
+         2 / 3,        # logits divided by their sum, no exponential
+         0.5]),        # as if T made them equal
 }
