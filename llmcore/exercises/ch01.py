@@ -6,7 +6,8 @@ from typing import Callable
 
 import torch
 
-from . import Case, Verdict, approx_equal, checker, report, run_cases, run_checks
+from . import (Case, Verdict, approx_equal, checker, number_question,
+               register_questions, report, run_cases, run_checks)
 
 
 def _pair_equal(got, expected) -> bool:
@@ -149,3 +150,16 @@ def check_tokens_processed(fn: Callable) -> Verdict:
              "new token; each later token needs the previous one fed back. The last "
              "token sampled is never fed to the model. Without a cache, the step that "
              "makes token t (from 0) runs prompt_len + t positions."))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# never typed into the notebook.
+_TTFT_MS, _TPOT_MS, _REPLY_TOKENS = 60, 4, 21
+# Question 1.1: the first token at TTFT, each of the others one TPOT later
+check_q_last_token = number_question(
+    "Question 1.1 (last token)", _TTFT_MS + (_REPLY_TOKENS - 1) * _TPOT_MS, rel=0.02)
+# Question 1.2: byte fallback, one token per UTF-8 byte
+check_q_chinese_tokens = number_question(
+    "Question 1.2 (Chinese tokens)", len("你好世界".encode("utf-8")), rel=0.01)
+
+register_questions(globals())

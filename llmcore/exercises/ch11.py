@@ -1,68 +1,99 @@
-"""Checkers for the exercises of chapter 11 (symptoms and fixes). Hand-written."""
+"""Checkers for the exercises of chapter 10 (speculative decoding). Hand-written."""
 from __future__ import annotations
 
 from typing import Callable
 
-from . import Case, Verdict, approx_equal, checker, report, run_cases
+import torch
 
-
-def _replay(system, question, answer, turns):
-    return sum(system + t * question + (t - 1) * answer for t in range(1, turns + 1))
-
-
-def _kept(lengths, budget, pinned):
-    kept, used = [], sum(lengths[:pinned])
-    for i in range(len(lengths) - 1, pinned - 1, -1):
-        if used + lengths[i] > budget:
-            break
-        kept.append(i)
-        used += lengths[i]
-    return list(range(pinned)) + kept[::-1]
-
-
-def _ttft(prompt_len, shared, block_size, per_token, overhead):
-    cached = min(shared, prompt_len - 1) // block_size * block_size
-    return overhead + per_token * (prompt_len - cached)
+from . import Case, Verdict, checker, report, run_cases
 
 
 @checker
-def check_replay_input_tokens(fn: Callable) -> Verdict:
-    """`fn(system, question, answer, turns)` -> input tokens billed over a stateless
-    chat."""
-    args = [(100, 40, 150, 1), (100, 40, 150, 2), (100, 40, 150, 30), (0, 10, 0, 5),
-            (50, 0, 20, 4)]
+def check_expected_tokens_per_pass(fn: Callable) -> Verdict:
+    """`fn(alpha, k)` -> expected tokens per target pass when each of k guesses is
+    accepted with probability alpha, independently, until the first rejection (plus
+    the target's own token)."""
+    def expected(alpha, k):
+        return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+    args = [(0.0, 4), (0.5, 1), (0.5, 4), (0.8, 4), (0.8, 8), (0.95, 16), (1.0, 4),
+            (0.3, 2)]
     return report(run_cases(
-        "Exercise 11.1 (replay_input_tokens)", fn, [Case(a, _replay(*a)) for a in args],
+        "Exercise 10.1 (expected_tokens_per_pass)", fn,
+        [Case(a, expected(*a)) for a in args],
+        hint="guess i survives only if guesses 1..i all do: probability alpha**i; add "
+             "the one token the target always contributes (alpha = 1: k + 1)."))
+
+
+@checker
+def check_greedy_accept(fn: Callable) -> Verdict:
+    """`fn(target_choices, draft_tokens)` -> (accepted, next_token), with
+    target_choices the target's argmax at each of the k + 1 positions and draft_tokens
+    the k guesses."""
+    cases = [
+        Case(([5, 6, 7, 8], [5, 6, 7]), (3, 8)),  # every guess right: a bonus token
+        Case(([5, 6, 7, 8], [5, 9, 7]), (1, 6)),  # 2nd guess wrong: the target's 6
+        Case(([5, 6, 7, 8], [4, 6, 7]), (0, 5)),  # 1st wrong, though later ones match
+        Case(([1, 2], [1]), (1, 2)),
+        Case(([3, 3, 3, 3, 3], [3, 3, 0, 3]), (2, 3)),
+    ]
+    return report(run_cases(
+        "Exercise 10.2 (greedy_accept)", fn, cases,
+        compare=lambda got, exp: tuple(got) == exp,
+        hint="walk the guesses in order and stop at the first one that differs from "
+             "the target's choice; the next token is the target's choice at that "
+             "position."))
+
+
+@checker
+def check_residual(fn: Callable) -> Verdict:
+    """`fn(p, q)` -> max(0, p - q) normalised to sum to 1 (1-D tensors), or p itself
+    when p == q."""
+    def expected(p, q):
+        r = (p - q).clamp(min=0)
+        return r / r.sum() if r.sum() > 0 else p
+
+    pairs = [
+        ([0.5, 0.3, 0.2, 0.0], [0.2, 0.2, 0.2, 0.4]),
+        ([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]),
+        ([0.0, 1.0], [1.0, 0.0]),
+        ([0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),  # an exact draft: nothing is rejected
+    ]
+    cases = [Case((torch.tensor(p), torch.tensor(q)),
+                  expected(torch.tensor(p), torch.tensor(q))) for p, q in pairs]
+
+    def compare(got, exp) -> bool:
+        return (isinstance(got, torch.Tensor) and got.shape == exp.shape
+                and torch.allclose(got.float(), exp, atol=1e-6))
+
+    return report(run_cases(
+        "Exercise 10.3 (residual)", fn, cases, compare=compare,
+        hint="clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
+             "distributions are equal, so return p."))
+
+
+@checker
+def check_choose_k(fn: Callable) -> Verdict:
+    """`fn(alpha, t_pass, t_draft=0.0)` -> the k in 0..K with the most expected tokens
+    per second: t_pass[n] is a target pass over n tokens (n = 1..K + 1), t_draft a draft
+    step (0 for prompt lookup), k = 0 plain decoding; the smallest k on a tie."""
+    def expected(alpha, t_pass, t_draft=0.0):
+        rates = [1 / t_pass[1]]  # k = 0: one token per step
+        for k in range(1, max(t_pass)):
+            tokens = (float(k + 1) if alpha == 1
+                      else (1 - alpha ** (k + 1)) / (1 - alpha))
+            rates.append(tokens / (k * t_draft + t_pass[k + 1]))
+        return rates.index(max(rates))
+
+    flat = {n: 1.0 for n in range(1, 10)}  # verifying costs one step (a GPU, decode)
+    cpu = {1: 1.0} | {n: 1.5 + 0.3 * (n - 2) for n in range(2, 10)}  # it costs more
+    linear = {n: float(n) for n in range(1, 10)}  # n tokens cost n steps
+    args = [(0.8, flat, 0.1), (0.5, flat, 0.1), (0.9, cpu, 0.0), (0.7, cpu, 0.0),
+            (0.3, cpu, 0.0), (0.6, cpu, 0.2), (0.9, flat, 0.3), (0.95, flat, 0.0),
+            (1.0, linear, 0.0)]  # the last: every k as fast as plain decoding
+    return report(run_cases(
+        "Exercise 10.4 (choose_k)", fn, [Case(a, expected(*a)) for a in args],
         compare=lambda got, exp: got == exp,
-        hint="turn t sends the system prompt, t questions and t - 1 answers; add up "
-             "the turns."))
-
-
-@checker
-def check_kept_messages(fn: Callable) -> Verdict:
-    """`fn(lengths, budget, pinned)` -> indices sent: the pinned ones, then the newest
-    that fit."""
-    args = [([10, 20, 30, 40], 70, 0), ([10, 20, 30, 40], 70, 1),
-            ([10, 20, 30, 40], 100, 1), ([50, 5, 5, 100, 5], 60, 1), ([5, 5, 5], 4, 0),
-            ([30, 10, 10, 10], 55, 1)]
-    cases = [Case((list(a[0]), *a[1:]), _kept(*a)) for a in args]
-    return report(run_cases(
-        "Exercise 11.2 (kept_messages)", fn, cases,
-        compare=lambda got, exp: list(got) == exp,
-        hint="start from the pinned messages' tokens, walk from the newest message "
-             "back and stop at the first that would overflow; return sorted indices."))
-
-
-@checker
-def check_ttft_estimate(fn: Callable) -> Verdict:
-    """`fn(prompt_len, shared, block_size, per_token, overhead)` -> seconds to the
-    first token."""
-    args = [(512, 460, 16, 1e-3, 0.01), (512, 0, 16, 1e-3, 0.01),
-            (512, 512, 16, 1e-3, 0.01), (100, 15, 16, 2e-3, 0.0),
-            (64, 64, 16, 1e-3, 0.005), (1000, 999, 1, 1e-4, 0.0)]
-    return report(run_cases(
-        "Exercise 11.3 (ttft_estimate)", fn, [Case(a, _ttft(*a)) for a in args],
-        compare=approx_equal,
-        hint="cached = whole blocks of the shared part, and never the last prompt "
-             "token; the rest is prefilled at per_token seconds each, plus the "
-             "overhead."))
+        hint="for each k, expected tokens per round (1 + alpha + ... + alpha**k) "
+             "divided by the round's time, k draft steps plus t_pass[k + 1]; k = 0 "
+             "is one token per t_pass[1]; keep the smallest k among equal rates."))

@@ -67,4 +67,8 @@ ANSWERS = {
         + [lambda s, p, n: [int(s(p, list(range(len(p)))).argmax())] * n]),
     "ch01.check_tokens_processed": (
         _tokens, [_tokens_feed_last, _tokens_no_quadratic, lambda p, n, c: p + n - 1]),
+    # 140 ms; wrong: TTFT + 21 TPOTs, no TTFT, every token a TTFT, 20 TPOTs only
+    "ch01.check_q_last_token": (140, [144, 84, 1260, 80]),
+    # 12 tokens; wrong: one per character, two bytes per character (UTF-16), one token
+    "ch01.check_q_chinese_tokens": (12, [4, 8, 1]),
 }

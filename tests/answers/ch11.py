@@ -1,31 +1,69 @@
-"""Answers for the chapter 11 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
-from llmcore.exercises.ch11 import _kept, _replay, _ttft
+"""Answers for the chapter 10 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+import torch
 
 
-def _kept_skipping(lengths, budget, pinned):  # keeps looking past a message that does not fit
-    kept, used = [], sum(lengths[:pinned])
-    for i in range(len(lengths) - 1, pinned - 1, -1):
-        if used + lengths[i] <= budget:
-            kept.append(i)
-            used += lengths[i]
-    return list(range(pinned)) + kept[::-1]
+def _tokens(alpha, k):
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def _accept(choices, guesses, stop=True):
+    accepted = 0
+    for choice, guess in zip(choices, guesses):
+        if choice != guess:
+            if stop:
+                break
+            continue
+        accepted += 1
+    return accepted, choices[accepted]
+
+
+def _residual(p, q, normalise=True, clamp=True):
+    r = (p - q).clamp(min=0) if clamp else (p - q).abs()
+    if r.sum() == 0:
+        return p
+    return r / r.sum() if normalise else r
 
 
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
-    "ch11.check_replay_input_tokens": (
-        _replay,
-        [lambda s, q, a, n: s + n * (q + a),                     # billed only the last turn
-         lambda s, q, a, n: n * s + n * q + (n - 1) * a,         # as if only new messages were sent
-         lambda s, q, a, n: sum(s + t * (q + a) for t in range(1, n + 1))]),  # counted the answer being written
-    "ch11.check_kept_messages": (
-        _kept,
-        [_kept_skipping,
-         lambda lengths, budget, pinned: _kept(lengths, budget, 0),           # forgot the pinned messages
-         lambda lengths, budget, pinned: _kept(lengths, budget, pinned)[::-1]]),  # newest first
-    "ch11.check_ttft_estimate": (
-        _ttft,
-        [lambda p, s, bs, c, o: o + c * (p - s),                             # partial blocks and the last token
-         lambda p, s, bs, c, o: o + c * (p - min(s, p - 1)),                  # partial blocks reused
-         lambda p, s, bs, c, o: o + c * (p - s // bs * bs)]),                 # may reuse the last token
+    "ch10.check_expected_tokens_per_pass": (
+        _tokens,
+        [lambda a, k: _tokens(a, k) - 1,             # forgot the target's own token
+         lambda a, k: 1 + a * k,                      # treats the guesses as independent of each other
+         lambda a, k: (1 - a ** k) / (1 - a) if a != 1 else float(k)]),  # one term short
+    "ch10.check_greedy_accept": (
+        _accept,
+        [lambda c, g: _accept(c, g, stop=False),      # counts matches after the first miss
+         lambda c, g: (_accept(c, g)[0], g[min(_accept(c, g)[0], len(g) - 1)])]),  # next token from the draft
+    "ch10.check_residual": (
+        _residual,
+        [lambda p, q: _residual(p, q, normalise=False),
+         lambda p, q: _residual(p, q, clamp=False),
+         lambda p, q: (p - q).clamp(min=0) / max(float((p - q).clamp(min=0).sum()), 1e-12)]),  # p == q gives 0s
 }
+
+
+def _choose_k(alpha, t_pass, t_draft=0.0, bonus=1, draft=True, offset=1, linear=False,
+              plain=True, last_tie=False):
+    def tokens(k):
+        if linear:
+            return 1 + alpha * k
+        full = float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+        return full - 1 + bonus
+
+    rates = {0: 1 / t_pass[1]} if plain else {}
+    for k in range(1, max(t_pass)):
+        rates[k] = tokens(k) / ((k * t_draft if draft else 0) + t_pass[k + offset])
+    best = max(rates.values())
+    ties = [k for k, rate in rates.items() if rate == best]
+    return max(ties) if last_tie else min(ties)
+
+
+ANSWERS["ch10.check_choose_k"] = (
+    _choose_k,
+    [lambda a, t, d=0.0: _choose_k(a, t, d, bonus=0),       # forgot the target's own token
+     lambda a, t, d=0.0: _choose_k(a, t, d, draft=False),   # draft steps taken as free
+     lambda a, t, d=0.0: _choose_k(a, t, d, offset=0),      # verify pass over k, not k + 1
+     lambda a, t, d=0.0: _choose_k(a, t, d, linear=True),   # 1 + alpha k: guesses independent
+     lambda a, t, d=0.0: _choose_k(a, t, d, plain=False),   # never falls back to plain decoding
+     lambda a, t, d=0.0: _choose_k(a, t, d, last_tie=True)])  # the largest k on a tie
