@@ -30,12 +30,12 @@ Each method has its own k. A draft model pays for every guess it makes (k draft 
 or one call of its draft graph), so a few guesses suit it (`--k`, 4). Prompt lookup's
 guesses cost a search, nothing against a step; a longer guess costs only a slightly
 longer verify pass, and on copied text it is kept whole, so it gets more (`--lookup-k`,
-8: in chapter 10 its speed-up on copied text grows with every k up to 8).
+8: in chapter 11 its speed-up on copied text grows with every k up to 8).
 transformers gets the same k for each method.
 
 Also measured in the same run: what a verify pass costs against one decode step, for
 1..9 tokens, on the tiny model and on the SmolLM2-135M shape (random weights), and the
-speed-up the cost model of chapter 10 predicts for the draft model from measured times
+speed-up the cost model of chapter 11 predicts for the draft model from measured times
 (tokens per round x target step / (the draft's k guesses + one verify pass), summed over
 the rounds the run made).
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     seconds[case, name].append(elapsed)
     rate = {key: n_new / statistics.median(s) for key, s in seconds.items()}
 
-    # the cost model of chapter 10, from step times measured now
+    # the cost model of chapter 11, from step times measured now
     costs = verify_costs(target)
     t_draft, t_guesses = verify_costs(draft)[1], guesses_cost(draft, k)
     print("\nverify pass against one decode step (tiny, 256 tokens cached): "

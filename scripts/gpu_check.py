@@ -15,7 +15,7 @@ and the next step runs; the whole run stops starting steps at --total-budget):
               weights): decode and prefill as points under the measured roofline
               (ch05), decode tok/s against the bandwidth floor as the context grows
               (ch06), bit differences and greedy flips between batch sizes (ch07), and
-              the cost of a pass over n tokens relative to one (ch10)
+              the cost of a pass over n tokens relative to one (ch11)
   bench       bench/decode.py on the device in bfloat16 and float32 for the
               qwen2.5-0.5b and smollm2-135m shapes (llmcore vs transformers, the copy
               bandwidth measured in the same rounds)

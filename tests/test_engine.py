@@ -482,3 +482,37 @@ def test_percentile_interpolates_like_numpy():
     for q in (0, 10, 50, 90, 99, 100):
         assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
     assert percentile([], 50) != percentile([], 50)  # nan
+
+
+def test_compute_clock_skips_idle_gaps_and_counts_this_threads_work():
+    import threading
+    import time
+
+    from llmcore.engine import ComputeClock
+
+    clock = ComputeClock("cpu")
+    start = clock()
+    time.sleep(0.2)  # waiting is not computing: a CPU clock barely moves
+    assert clock() - start < 0.1
+    clock.sleep(5.0)  # replay's idle gaps pass at once
+    assert 5.0 <= clock() - start < 5.1
+    clock.sleep(-1.0)  # never backwards
+    assert clock() - start >= 5.0
+    busy = threading.Thread(target=lambda: sum(i * i for i in range(3_000_000)))
+    mark = clock()
+    busy.start()
+    busy.join()  # another thread's work is not this thread's time
+    assert clock() - mark < 0.1
+    mark = clock()
+    sum(i * i for i in range(3_000_000))
+    assert clock() - mark > 0.01
+    engine = Engine(_model(), num_blocks=8, block_size=4, clock=clock)
+    assert engine.clock is clock
+    trace = [Arrival(0.0, Request("a", [1, 2], SamplingParams(temperature=0.0,
+                                                                max_tokens=2))),
+             Arrival(100.0, Request("b", [3], SamplingParams(temperature=0.0,
+                                                             max_tokens=2)))]
+    wall = time.perf_counter()
+    done, seconds = replay(engine, trace, sleep=clock.sleep)
+    assert time.perf_counter() - wall < 20 and seconds >= 100.0  # skipped, not slept
+    assert [c.request_id for c in done] == ["a", "b"]

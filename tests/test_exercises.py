@@ -127,8 +127,15 @@ def test_exercise_numbers_agree_with_the_checkers(path, capsys):
     capsys.readouterr()
 
 
-def test_every_checker_is_called_by_exactly_one_exercise():
+def _question_checks(path: Path) -> list[str]:
+    """The checkers of the pen-and-paper questions (`chNN.check_q_x(None)` cells)."""
+    return [f"{m[1]}.{m[2]}" for kind, source, _ in _cells(path) if kind == "code"
+            for m in re.finditer(r"\b(ch\w+)\.(check_q_\w+)\(None\)", source)]
+
+
+def test_every_checker_is_called_by_exactly_one_exercise_or_question():
     called = [name for path in NOTEBOOKS for _, name in _exercises(path)]
+    called += [name for path in NOTEBOOKS for name in _question_checks(path)]
     assert sorted(called) == sorted(CHECKERS)
 
 

@@ -19,7 +19,7 @@ def check_expected_tokens_per_pass(fn: Callable) -> Verdict:
     args = [(0.0, 4), (0.5, 1), (0.5, 4), (0.8, 4), (0.8, 8), (0.95, 16), (1.0, 4),
             (0.3, 2)]
     return report(run_cases(
-        "Exercise 10.1 (expected_tokens_per_pass)", fn,
+        "Exercise 11.1 (expected_tokens_per_pass)", fn,
         [Case(a, expected(*a)) for a in args],
         hint="guess i survives only if guesses 1..i all do: probability alpha**i; add "
              "the one token the target always contributes (alpha = 1: k + 1)."))
@@ -38,7 +38,7 @@ def check_greedy_accept(fn: Callable) -> Verdict:
         Case(([3, 3, 3, 3, 3], [3, 3, 0, 3]), (2, 3)),
     ]
     return report(run_cases(
-        "Exercise 10.2 (greedy_accept)", fn, cases,
+        "Exercise 11.2 (greedy_accept)", fn, cases,
         compare=lambda got, exp: tuple(got) == exp,
         hint="walk the guesses in order and stop at the first one that differs from "
              "the target's choice; the next token is the target's choice at that "
@@ -67,7 +67,7 @@ def check_residual(fn: Callable) -> Verdict:
                 and torch.allclose(got.float(), exp, atol=1e-6))
 
     return report(run_cases(
-        "Exercise 10.3 (residual)", fn, cases, compare=compare,
+        "Exercise 11.3 (residual)", fn, cases, compare=compare,
         hint="clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
              "distributions are equal, so return p."))
 
@@ -92,7 +92,7 @@ def check_choose_k(fn: Callable) -> Verdict:
             (0.3, cpu, 0.0), (0.6, cpu, 0.2), (0.9, flat, 0.3), (0.95, flat, 0.0),
             (1.0, linear, 0.0)]  # the last: every k as fast as plain decoding
     return report(run_cases(
-        "Exercise 10.4 (choose_k)", fn, [Case(a, expected(*a)) for a in args],
+        "Exercise 11.4 (choose_k)", fn, [Case(a, expected(*a)) for a in args],
         compare=lambda got, exp: got == exp,
         hint="for each k, expected tokens per round (1 + alpha + ... + alpha**k) "
              "divided by the round's time, k draft steps plus t_pass[k + 1]; k = 0 "

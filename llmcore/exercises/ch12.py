@@ -32,7 +32,7 @@ def check_replay_input_tokens(fn: Callable) -> Verdict:
     args = [(100, 40, 150, 1), (100, 40, 150, 2), (100, 40, 150, 30), (0, 10, 0, 5),
             (50, 0, 20, 4)]
     return report(run_cases(
-        "Exercise 11.1 (replay_input_tokens)", fn, [Case(a, _replay(*a)) for a in args],
+        "Exercise 12.1 (replay_input_tokens)", fn, [Case(a, _replay(*a)) for a in args],
         compare=lambda got, exp: got == exp,
         hint="turn t sends the system prompt, t questions and t - 1 answers; add up "
              "the turns."))
@@ -47,7 +47,7 @@ def check_kept_messages(fn: Callable) -> Verdict:
             ([30, 10, 10, 10], 55, 1)]
     cases = [Case((list(a[0]), *a[1:]), _kept(*a)) for a in args]
     return report(run_cases(
-        "Exercise 11.2 (kept_messages)", fn, cases,
+        "Exercise 12.2 (kept_messages)", fn, cases,
         compare=lambda got, exp: list(got) == exp,
         hint="start from the pinned messages' tokens, walk from the newest message "
              "back and stop at the first that would overflow; return sorted indices."))
@@ -61,7 +61,7 @@ def check_ttft_estimate(fn: Callable) -> Verdict:
             (512, 512, 16, 1e-3, 0.01), (100, 15, 16, 2e-3, 0.0),
             (64, 64, 16, 1e-3, 0.005), (1000, 999, 1, 1e-4, 0.0)]
     return report(run_cases(
-        "Exercise 11.3 (ttft_estimate)", fn, [Case(a, _ttft(*a)) for a in args],
+        "Exercise 12.3 (ttft_estimate)", fn, [Case(a, _ttft(*a)) for a in args],
         compare=approx_equal,
         hint="cached = whole blocks of the shared part, and never the last prompt "
              "token; the rest is prefilled at per_token seconds each, plus the "

@@ -460,37 +460,37 @@ MESSAGES: dict[str, str] = {
          "（块的哈希串联了它之前的每一个块），且只有 first 中被完全填满的块"
          "才会缓存；second 只查找 (len(second) - 1) // block_size 个块："
          "它的最后一个词元总是要计算。"),
-    # ch10.py:24
+    # ch11.py:24
     ("guess i survives only if guesses 1..i all do: probability alpha**i; add the "
      "one token the target always contributes (alpha = 1: k + 1)."):
         ("只有猜测 1..i 全都被保留，猜测 i 才会被保留：其概率为 alpha**i；"
          "再加上目标模型总会补上的那一个词元（alpha = 1 时为 k + 1）。"),
-    # ch10.py:43
+    # ch11.py:43
     ("walk the guesses in order and stop at the first one that differs from the "
      "target's choice; the next token is the target's choice at that position."):
         ("按顺序检查各个猜测，在第一个与目标模型的选择不同的猜测处停下；"
          "下一个词元是目标模型在该位置的选择。"),
-    # ch10.py:71
+    # ch11.py:71
     ("clamp p - q at 0, then divide by its sum; if the sum is 0 the two "
      "distributions are equal, so return p."):
         ("把 p - q 中小于 0 的部分截为 0，再除以它的和；如果和为 0，"
          "说明两个分布相同，直接返回 p。"),
-    # ch10.py:97
+    # ch11.py:97
     ("for each k, expected tokens per round (1 + alpha + ... + alpha**k) divided by "
      "the round's time, k draft steps plus t_pass[k + 1]; k = 0 is one token per "
      "t_pass[1]; keep the smallest k among equal rates."):
         ("对每个 k，用每轮的期望词元数 (1 + alpha + ... + alpha**k) "
          "除以这一轮的时间，即 k 个草稿步加上 t_pass[k + 1]；"
          "k = 0 是每 t_pass[1] 产出一个词元；速率相同时取最小的 k。"),
-    # ch11.py:37
+    # ch12.py:37
     "turn t sends the system prompt, t questions and t - 1 answers; add up the turns.":
         "第 t 轮发送系统提示、t 个问题和 t - 1 个回答；把各轮加起来。",
-    # ch11.py:52
+    # ch12.py:52
     ("start from the pinned messages' tokens, walk from the newest message back and "
      "stop at the first that would overflow; return sorted indices."):
         ("从固定保留的消息的词元数开始累计，从最新的消息往前走，"
          "遇到第一条会超出预算的消息就停止；返回按升序排列的下标。"),
-    # ch11.py:66
+    # ch12.py:66
     ("cached = whole blocks of the shared part, and never the last prompt token; the "
      "rest is prefilled at per_token seconds each, plus the overhead."):
         ("cached = 共享部分中的整块，且永远不包括提示词的最后一个词元；"

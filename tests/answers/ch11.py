@@ -26,16 +26,16 @@ def _residual(p, q, normalise=True, clamp=True):
 
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
-    "ch10.check_expected_tokens_per_pass": (
+    "ch11.check_expected_tokens_per_pass": (
         _tokens,
         [lambda a, k: _tokens(a, k) - 1,             # forgot the target's own token
          lambda a, k: 1 + a * k,                      # treats the guesses as independent of each other
          lambda a, k: (1 - a ** k) / (1 - a) if a != 1 else float(k)]),  # one term short
-    "ch10.check_greedy_accept": (
+    "ch11.check_greedy_accept": (
         _accept,
         [lambda c, g: _accept(c, g, stop=False),      # counts matches after the first miss
          lambda c, g: (_accept(c, g)[0], g[min(_accept(c, g)[0], len(g) - 1)])]),  # next token from the draft
-    "ch10.check_residual": (
+    "ch11.check_residual": (
         _residual,
         [lambda p, q: _residual(p, q, normalise=False),
          lambda p, q: _residual(p, q, clamp=False),
@@ -59,7 +59,7 @@ def _choose_k(alpha, t_pass, t_draft=0.0, bonus=1, draft=True, offset=1, linear=
     return max(ties) if last_tie else min(ties)
 
 
-ANSWERS["ch10.check_choose_k"] = (
+ANSWERS["ch11.check_choose_k"] = (
     _choose_k,
     [lambda a, t, d=0.0: _choose_k(a, t, d, bonus=0),       # forgot the target's own token
      lambda a, t, d=0.0: _choose_k(a, t, d, draft=False),   # draft steps taken as free

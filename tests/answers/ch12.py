@@ -1,5 +1,5 @@
 """Answers for the chapter 11 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
-from llmcore.exercises.ch11 import _kept, _replay, _ttft
+from llmcore.exercises.ch12 import _kept, _replay, _ttft
 
 
 def _kept_skipping(lengths, budget, pinned):  # keeps looking past a message that does not fit
@@ -13,17 +13,17 @@ def _kept_skipping(lengths, budget, pinned):  # keeps looking past a message tha
 
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
-    "ch11.check_replay_input_tokens": (
+    "ch12.check_replay_input_tokens": (
         _replay,
         [lambda s, q, a, n: s + n * (q + a),                     # billed only the last turn
          lambda s, q, a, n: n * s + n * q + (n - 1) * a,         # as if only new messages were sent
          lambda s, q, a, n: sum(s + t * (q + a) for t in range(1, n + 1))]),  # counted the answer being written
-    "ch11.check_kept_messages": (
+    "ch12.check_kept_messages": (
         _kept,
         [_kept_skipping,
          lambda lengths, budget, pinned: _kept(lengths, budget, 0),           # forgot the pinned messages
          lambda lengths, budget, pinned: _kept(lengths, budget, pinned)[::-1]]),  # newest first
-    "ch11.check_ttft_estimate": (
+    "ch12.check_ttft_estimate": (
         _ttft,
         [lambda p, s, bs, c, o: o + c * (p - s),                             # partial blocks and the last token
          lambda p, s, bs, c, o: o + c * (p - min(s, p - 1)),                  # partial blocks reused
