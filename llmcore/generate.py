@@ -9,10 +9,10 @@ hold-back, usage.
 `Reply` is one request's text side: it says which tokens the sampler must not draw
 now, turns each new token into the text that is safe to stream, decides when the reply
 is over and why, and counts usage. Every loop that turns tokens into text keeps one
-Reply per request: `stream()` here, chapter 9's engine and server, chapter 10's
-speculative decoding. `stream()` is the one-request loop: prefill the prompt into a KV
-cache, then sample one token per step until the Reply ends, yielding each piece of text
-as soon as it is final. `generate()` drains it.
+Reply per request: `stream()` here, chapter 9's engine (which chapter 10's server
+drives), chapter 11's speculative decoding. `stream()` is the one-request loop: prefill
+the prompt into a KV cache, then sample one token per step until the Reply ends,
+yielding each piece of text as soon as it is final. `generate()` drains it.
 
     finish_reason "stop"     EOS, a stop token id, a stop string, or a JSON value closed
     finish_reason "length"   max_tokens, or the server's token budget (prompt + output)

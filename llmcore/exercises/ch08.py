@@ -6,7 +6,8 @@ from typing import Callable
 from llmcore.generate import Reply, Usage
 from llmcore.sampling import SamplingParams
 
-from . import Case, Verdict, approx_equal, checker, report, run_cases
+from . import (Case, Verdict, approx_equal, checker, number_question,
+               register_questions, report, run_cases)
 
 
 @checker
@@ -89,3 +90,19 @@ def check_bill(fn: Callable) -> Verdict:
                                   and approx_equal(got, exp, 1e-9, 1e-12)),
         hint="prompt tokens at the input price, completion tokens at the output price, "
              "prices are per million tokens."))
+
+
+# --- Check your understanding: pen-and-paper questions ------------------------------
+
+# Question 8.1: StopChecker holds back len(longest stop) - 1 characters; the longest of
+# "</answer>" and "\n\n" has 9, so 40 - 8 characters are released.
+check_q_released = number_question(
+    "Question 8.1 (characters released)", 40 - (len("</answer>") - 1), rel=1e-9)
+
+# Question 8.2: turn k re-sends k user messages of 100 tokens and the k - 1 replies of
+# 50 before it; the prompt tokens of turns 1 to 4 added up.
+check_q_prompt_tokens = number_question(
+    "Question 8.2 (prompt tokens billed)",
+    sum(100 * k + 50 * (k - 1) for k in range(1, 5)), rel=1e-9)
+
+register_questions(globals())

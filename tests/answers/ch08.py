@@ -62,4 +62,13 @@ ANSWERS = {
         _bill,
         [lambda u, a, b, mode=mode: _bill(u, a, b, mode)
          for mode in ("swapped", "total_at_input", "per_thousand")]),
+    # "</answer>" (9 characters) is the longest stop string: 8 held back of 40
+    "ch08.check_q_released": (32, [31, 39, 40, 38, 8]),
+    # 100 + 250 + 400 + 550
+    "ch08.check_q_prompt_tokens": (
+        1300,
+        [400,     # nothing re-sent: only each turn's new text
+         1000,    # the replies not re-sent: 100 + 200 + 300 + 400
+         1500,    # the current reply counted too
+         600]),   # prompt plus replies of one pass, no history
 }
