@@ -1,9 +1,10 @@
-"""Checkers for the exercises of chapter 11 (symptoms and fixes). Hand-written."""
+"""Checkers for the exercises of chapter 12 (symptoms and fixes). Hand-written."""
 from __future__ import annotations
 
 from typing import Callable
 
-from . import Case, Verdict, approx_equal, checker, report, run_cases
+from . import (Case, Verdict, approx_equal, checker, number_question,
+               register_questions, report, run_cases)
 
 
 def _replay(system, question, answer, turns):
@@ -66,3 +67,18 @@ def check_ttft_estimate(fn: Callable) -> Verdict:
         hint="cached = whole blocks of the shared part, and never the last prompt "
              "token; the rest is prefilled at per_token seconds each, plus the "
              "overhead."))
+
+
+# --- Check your understanding: pen-and-paper questions ------------------------------
+
+# Question 12.1: an 8,192-token window less 512 for the answer and a pinned 700-token
+# system prompt, in whole turns of 400 tokens.
+check_q_turns_that_fit = number_question(
+    "Question 12.1 (turns that fit)", (8192 - 512 - 700) // 400, rel=1e-9)
+
+# Question 12.2: the chapter's conversation (53, 21 and 138 tokens) replayed in full over
+# 15 turns: turn t resends t questions and t - 1 answers.
+check_q_replay_15_turns = number_question(
+    "Question 12.2 (replay over 15 turns)", _replay(53, 21, 138, 15))
+
+register_questions(globals())

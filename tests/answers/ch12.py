@@ -1,4 +1,4 @@
-"""Answers for the chapter 11 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+"""Answers for the chapter 12 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
 from llmcore.exercises.ch12 import _kept, _replay, _ttft
 
 
@@ -29,3 +29,11 @@ ANSWERS = {
          lambda p, s, bs, c, o: o + c * (p - min(s, p - 1)),                  # partial blocks reused
          lambda p, s, bs, c, o: o + c * (p - s // bs * bs)]),                 # may reuse the last token
 }
+
+# Question 12.1: (8,192 - 512 - 700) // 400 whole turns
+ANSWERS["ch12.check_q_turns_that_fit"] = (
+    17, [18, 19, 20, 17.45, 15])  # rounded up; no answer room; nothing pinned; a fraction
+# Question 12.2: 17,805, a quarter of the 30-turn bill (it grows with the square)
+ANSWERS["ch12.check_q_replay_15_turns"] = (
+    17805, [71385 / 2, 71385, 15 * (53 + 21 + 138), 15 * 53 + 15 * 21 + 14 * 138])
+
