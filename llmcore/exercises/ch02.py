@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 
 @checker
@@ -126,3 +127,17 @@ def check_stream_utf8(fn: Callable) -> Verdict:
         hint="keep the bytes of an unfinished character at the end of the buffer for "
              "the next step, and decode everything before them now: never emit U+FFFD, "
              "never drop bytes, never wait longer than needed."))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# never typed into the notebook.
+# Question 2.1: byte fallback spends one token per UTF-8 byte of a Chinese character
+check_q_window_characters = number_question(
+    "Question 2.1 (window characters)", 8192 / len("很".encode("utf-8")), rel=0.05)
+# Question 2.2: the chapter's toy string after merging l + o, then 256 + w
+_TOY = "low lower lowest slow slower"
+_after_lo = len(_TOY.encode("utf-8")) - _TOY.count("lo")
+check_q_tokens_after_merge = number_question(
+    "Question 2.2 (tokens after merge)", _after_lo - _TOY.count("low"), rel=0.01)
+
+register_questions(globals())

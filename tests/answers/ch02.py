@@ -129,4 +129,8 @@ ANSWERS = {
         [lambda pieces: [p.decode("utf-8", errors="replace") for p in pieces],
          lambda pieces: [p.decode("utf-8", errors="ignore") for p in pieces],
          _stream_all_or_nothing]),
+    # 2,731 characters; wrong: one token per character, two bytes each, times 3
+    "ch02.check_q_window_characters": (2731, [8192, 4096, 24576]),
+    # 18 tokens; wrong: two tokens removed per pair, nothing removed, from 28
+    "ch02.check_q_tokens_after_merge": (18, [13, 23, 28]),
 }
