@@ -8,14 +8,18 @@
 
 Every diagram is drawn with matplotlib on a canvas measured in inches and saved as SVG with
 its text as paths (DejaVu Sans, shipped with matplotlib), a fixed hash salt and no date, so
-the same code writes byte-identical files. They are designed for the site's text column,
-776 px wide in a 1280 px window: `check_text` refuses any text smaller than 11 px there. The pages
-show them with a MyST `{figure}` directive; tests/test_diagrams.py checks that the committed
-files are what this script writes and that every one of them is shown somewhere.
+the same code writes byte-identical files. Each file names itself in its metadata
+(`<dc:identifier>llmcore-diagram:NAME</dc:identifier>`): scripts/embed_diagrams.py embeds
+the diagrams in the notebooks as data URIs and recognises an embedded copy by that. They are
+designed for the site's text column, 776 px wide in a 1280 px window: `check_text` refuses
+any text smaller than 11 px there. The pages show them with a MyST `{figure}` directive;
+tests/test_diagrams.py checks that the committed files are what this script writes and that
+every one of them is shown somewhere.
 
 The Chinese edition draws the same figures and then replaces every label by its translation
 from book/zh/diagrams.yml: one unit per distinct label of each diagram, keyed by the
-diagram's name and the English text, with that text's hash (`sha`, as in book/zh/*.yml).
+diagram's name and the English text, with that text's hash (`sha`, as in book/zh/*.yml); the
+chapters' pipeline strips (pipeline_00 ... pipeline_B) share the units of `pipeline_strip`.
 Labels drawn in the monospace family (code, token strings) and labels without two ASCII
 letters in a row (numbers, `q0`, `K1`, `p+3`, `A (5)`) are not translated. Chinese is drawn
 with Noto Sans CJK SC from the pinned `mplfonts` package, also as paths, so the files look
@@ -32,6 +36,7 @@ import argparse
 import difflib
 import hashlib
 import importlib.resources
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +45,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import font_manager, ft2font, patheffects  # noqa: E402
+from matplotlib import font_manager, ft2font, transforms  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
@@ -62,6 +67,7 @@ DRAFT = "#8172B3"  # the draft model's guesses
 REJECT = "#C44E52"  # a rejected guess
 BONUS = "#C49A00"  # the target's own token
 FIX = "#A23B72"  # where a serving technique acts
+MACHINE = "#937860"  # the machine under it all (cores, memory)
 MONO = "DejaVu Sans Mono"
 
 
@@ -143,7 +149,7 @@ CJK_FAMILY = "Noto Sans CJK SC"
 CJK_FILE = "NotoSansCJKsc-Regular.otf"  # in the package mplfonts (requirements.txt)
 CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
 WORD = re.compile(r"[A-Za-z]{2}")
-BOLD_STROKE = 0.45  # pt: the font has no bold face, so bold Chinese gets a thin outline
+BOLD_SHIFT = 0.4  # pt: the font has no bold face; bold Chinese is drawn twice, shifted
 
 
 @dataclass
@@ -174,6 +180,25 @@ def labels(name: str) -> list[str]:
         out = [t.get_text() for t in fig.findobj(Text) if translatable(t)]
         plt.close(fig)
     return list(dict.fromkeys(out))
+
+
+def unit_group(name: str) -> str:
+    """The name under which diagram `name`'s labels are translated: its own, except the
+    chapters' pipeline strips (pipeline_00 ... pipeline_B), which share one set of units."""
+    return "pipeline_strip" if name.startswith("pipeline_") else name
+
+
+def groups() -> dict[str, list[str]]:
+    """Unit group -> the diagrams it translates, in DIAGRAMS order."""
+    out: dict[str, list[str]] = {}
+    for name in DIAGRAMS:
+        out.setdefault(unit_group(name), []).append(name)
+    return out
+
+
+def group_labels(group: str) -> list[str]:
+    """The distinct translatable labels of every diagram of `group`, in drawing order."""
+    return list(dict.fromkeys(en for name in groups()[group] for en in labels(name)))
 
 
 def load_units(path: Path = ZH_UNITS) -> list[Unit]:
@@ -247,15 +272,15 @@ def translation_problems(units: list[Unit] | None = None) -> list[str]:
     units = load_units() if units is None else units
     problems, seen = [], set()
     for u in units:
-        if u.diagram not in DIAGRAMS:
+        if u.diagram not in groups():
             problems.append(f"{u.diagram}: no such diagram (unit {u.en!r}); "
-                            f"the diagrams are {', '.join(DIAGRAMS)}")
+                            f"the diagrams are {', '.join(groups())}")
         elif (u.diagram, u.en) in seen:
             problems.append(f"{u.diagram}: two units translate {u.en!r}: keep one")
         seen.add((u.diagram, u.en))
     fix = "run `python scripts/diagrams.py --zh-sync`, then fill in zh in book/zh/diagrams.yml"
-    for name in DIAGRAMS:
-        for en, u in _pairs(labels(name), [u for u in units if u.diagram == name]):
+    for name in groups():
+        for en, u in _pairs(group_labels(name), [u for u in units if u.diagram == name]):
             if en is None:
                 problems.append(f"{name}: the unit for {u.en!r} (zh {u.zh!r}) translates a "
                                 f"label the diagram no longer draws: {fix}")
@@ -277,8 +302,8 @@ def translation_problems(units: list[Unit] | None = None) -> list[str]:
 def sync_units(path: Path = ZH_UNITS) -> list[Unit]:
     """Rewrite `path` in drawing order: a unit per label (empty zh for a new one), no others."""
     units, out = load_units(path), []
-    for name in DIAGRAMS:
-        for en, u in _pairs(labels(name), [u for u in units if u.diagram == name]):
+    for name in groups():
+        for en, u in _pairs(group_labels(name), [u for u in units if u.diagram == name]):
             if en is None:
                 continue
             if u is not None and u.en == en and u.sha == digest(en) and u.zh.strip():
@@ -309,7 +334,7 @@ def cjk_font() -> Path:
 def translate(fig, name: str, units: list[Unit], font: Path) -> None:
     """Replace every translatable label of `fig` by its Chinese, in the CJK font."""
     zh = {u.en: u.zh for u in units
-          if u.diagram == name and u.sha == digest(u.en) and u.zh.strip()}
+          if u.diagram == unit_group(name) and u.sha == digest(u.en) and u.zh.strip()}
     charmap = set(ft2font.FT2Font(str(font)).get_charmap())
     for t in fig.findobj(Text):
         if not translatable(t):
@@ -330,9 +355,14 @@ def translate(fig, name: str, units: list[Unit], font: Path) -> None:
             # own Noto Sans CJK SC (Debian's fonts-noto-cjk, with a Bold) where one exists
             t.set_fontproperties(font_manager.FontProperties(
                 fname=font, size=t.get_fontsize(), style=t.get_style()))
-            if bold:
-                t.set_path_effects([patheffects.withStroke(linewidth=BOLD_STROKE,
-                                                           foreground=t.get_color())])
+            if bold:  # a second copy, shifted right: drawn with the same glyphs (a stroke
+                # path effect would write every bold label out as paths, twice)
+                twin = t.axes.text(*t.get_position(), t.get_text(),
+                                   fontproperties=t.get_fontproperties(), color=t.get_color(),
+                                   ha=t.get_ha(), va=t.get_va(), zorder=t.get_zorder(),
+                                   linespacing=t.get_linespacing(), rotation=t.get_rotation())
+                twin.set_transform(transforms.offset_copy(
+                    t.get_transform(), fig=fig, x=BOLD_SHIFT, units="points"))
 
 
 # --------------------------------------------------------------------------------------
@@ -402,7 +432,7 @@ def pipeline():
         line=((1.55, dy + 0.5), (kx, dy + 0.5)))
     fix(8.15, 1.3, "continuous batching\n(ch. 9): many requests\nshare each step",
         ha="left", line=((dx + bw, dy + 0.2), (8.1, dy + 0.2)))
-    fix(8.15, 0.45, "speculative decoding\n(ch. 10): check k\nguesses in one pass",
+    fix(8.15, 0.45, "speculative decoding\n(ch. 11): check k\nguesses in one pass",
         ha="left", line=((8.1, dy + 0.2), (8.1, dy + 0.2)))
     # the two clocks
     ttft_y = 4.75
@@ -758,7 +788,7 @@ def batching():
 
 
 # --------------------------------------------------------------------------------------
-# 8. One round of speculative decoding (chapter 10)
+# 8. One round of speculative decoding (chapter 11)
 # --------------------------------------------------------------------------------------
 def speculative_round():
     fig, ax = canvas(10, 5.0)
@@ -824,6 +854,105 @@ def speculative_round():
     return fig
 
 
+# --------------------------------------------------------------------------------------
+# 9. The pipeline strip at the top of every chapter: this chapter's stage highlighted
+# --------------------------------------------------------------------------------------
+# The request's path (one row), the serving band under it and the machine under it all.
+# Each stage: (key, label, chapter label, colour when highlighted).
+STRIP_PATH = [
+    ("tokenizer", "tokenizer", "ch. 2", PROMPT),
+    ("embedding", "embedding\n+ RoPE", "ch. 3", PROMPT),
+    ("attention", "attention\nlayers", "ch. 4", PROMPT),
+    ("prefill", "prefill", "ch. 5", PROMPT),
+    ("decode", "decode", "", NEW),  # prefill and decode share one "ch. 5"
+    ("kv", "KV cache", "ch. 6", KV),
+    ("sampling", "sampling", "ch. 7", PROMPT),
+    ("stop", "stop +\nstream", "ch. 8", PROMPT),
+]
+STRIP_SERVING = [
+    ("batching", "batching & scheduling", "ch. 9"),
+    ("server", "server & API", "ch. 10"),
+    ("speculative", "speculative decoding", "ch. 11"),
+]
+_PATH_KEYS = tuple(k for k, *_ in STRIP_PATH)
+# What each chapter's strip highlights (the key is the notebook's prefix).
+STRIP_HIGHLIGHT = {
+    "00": ("machine",),
+    "01": _PATH_KEYS,
+    "02": ("tokenizer",), "03": ("embedding",), "04": ("attention",),
+    "05": ("prefill", "decode"), "06": ("kv",), "07": ("sampling",), "08": ("stop",),
+    "09": ("batching",), "10": ("server",), "11": ("speculative",),
+    "12": _PATH_KEYS,
+    "A": ("embedding", "attention"),  # the model itself
+    "B": ("decode",),
+}
+STRIP_OFF_FC, STRIP_OFF_EC = "#F4F4F4", "#C4C4C4"  # a stage this chapter does not cover
+
+
+def pipeline_strip(chapter: str):
+    """The request's path in one wide, short strip, `chapter`'s stages highlighted (colour,
+    bold outline, bold label) and every other stage muted."""
+    on = set(STRIP_HIGHLIGHT[chapter])
+    whole = on >= set(_PATH_KEYS)
+    fig, ax = canvas(10, 2.1)
+    x0, gap, pair_gap = 0.78, 0.17, 0.07
+    widths = {"prefill": 0.78, "decode": 0.78}
+    y, h = 1.18, 0.62  # the path row
+
+    def stage(x, yy, w, hh, label, ch, color, lit, ch_inside=False):
+        if lit:
+            box(ax, x, yy, w, hh, fc=light(color, 0.72), ec=color, lw=2.8, r=0.05, z=3)
+        else:
+            box(ax, x, yy, w, hh, fc=STRIP_OFF_FC, ec=STRIP_OFF_EC, lw=1.0, r=0.05)
+        tx = x + w / 2 if not ch_inside else x + 0.14
+        text(ax, tx, yy + hh / 2, label, fs=10.5, ha="center" if not ch_inside else "left",
+             color=INK if lit else MUTED, weight="bold" if lit else "normal", zorder=5)
+        if ch and ch_inside:
+            text(ax, x + w - 0.12, yy + hh / 2, ch, fs=10.3, ha="right",
+                 color=color if lit else MUTED, weight="bold" if lit else "normal", zorder=5)
+
+    xs, x = {}, x0
+    for i, (key, label, ch, color) in enumerate(STRIP_PATH):
+        w = widths.get(key, 1.0)
+        xs[key] = (x, w)
+        stage(x, y, w, h, label, "", color, key in on)
+        x += w + (pair_gap if key == "prefill" else gap)
+    x_end = x - gap
+    # the chapter labels above the row (prefill and decode: one label over both)
+    for key, label, ch, color in STRIP_PATH:
+        if not ch:
+            continue
+        bx, bw = xs[key]
+        if key == "prefill":
+            bw = xs["decode"][0] + xs["decode"][1] - bx
+        lit = key in on or (key == "prefill" and "decode" in on)
+        text(ax, bx + bw - 0.04, y + h + 0.13, ch, fs=10.3, ha="right",
+             color=INK if lit else MUTED, weight="bold" if lit else "normal")
+    # arrows along the path, and its ends
+    ink = INK if whole else "#9A9A9A"
+    keys = list(_PATH_KEYS)
+    for a, b in zip(keys, keys[1:]):
+        ax_, aw = xs[a]
+        arrow(ax, (ax_ + aw, y + h / 2), (xs[b][0], y + h / 2), color=ink, lw=1.2, head=8)
+    text(ax, 0.06, y + h / 2, "text\nin", fs=10.5, ha="left", color=ink,
+         weight="bold" if whole else "normal")
+    arrow(ax, (0.5, y + h / 2), (x0, y + h / 2), color=ink, lw=1.2, head=8)
+    arrow(ax, (x_end, y + h / 2), (x_end + 0.2, y + h / 2), color=ink, lw=1.2, head=8)
+    text(ax, x_end + 0.26, y + h / 2, "text\nout", fs=10.5, ha="left", color=ink,
+         weight="bold" if whole else "normal")
+    # the serving band: what runs around the path when many requests share the model
+    sy, sh = 0.62, 0.42
+    text(ax, 0.06, sy + sh / 2, "serving", fs=10.5, ha="left", color=MUTED)
+    sw = (x_end - x0 - 2 * gap) / 3
+    for i, (key, label, ch) in enumerate(STRIP_SERVING):
+        stage(x0 + i * (sw + gap), sy, sw, sh, label, ch, FIX, key in on, ch_inside=True)
+    # the machine under it all
+    my, mh = 0.1, 0.4
+    stage(x0, my, x_end - x0, mh, "the machine: cores, memory and its bandwidth, FLOP/s",
+          "ch. 0", MACHINE, "machine" in on, ch_inside=True)
+    return fig
+
+
 DIAGRAMS = {
     "pipeline": pipeline,
     "transformer_block": transformer_block,
@@ -833,7 +962,23 @@ DIAGRAMS = {
     "paged_prefix": paged_prefix,
     "batching_timeline": batching,
     "speculative_round": speculative_round,
+    **{f"pipeline_{ch}": (lambda ch=ch: pipeline_strip(ch)) for ch in STRIP_HIGHLIGHT},
 }
+
+
+def marker(name: str) -> str:
+    """The SVG's <dc:identifier>: names the diagram wherever its bytes go (a notebook that
+    embeds it as a data URI: scripts/embed_diagrams.py recognises it by this)."""
+    return f"llmcore-diagram:{name}"
+
+
+def compact_svg(svg: str) -> str:
+    """matplotlib's SVG, smaller: coordinates to 1/100 pt, path data on one line, no
+    indentation (about 10% fewer bytes; the drawing is the same)."""
+    svg = re.sub(r"\d+\.\d{3,}",
+                 lambda m: f"{float(m.group()):.2f}".rstrip("0").rstrip("."), svg)
+    svg = re.sub(r" ?\n\s*(?=[A-Za-z]\s|z\b|\")", " ", svg)  # a path's commands
+    return re.sub(r">\s*\n\s*<", ">\n<", svg)
 
 
 def write_all(out: Path, png: Path | None = None, lang: str = "en") -> list[Path]:
@@ -856,8 +1001,10 @@ def write_all(out: Path, png: Path | None = None, lang: str = "en") -> list[Path
             translate(fig, name, units, font)
         check_text(fig, name)
         path = out / f"{name}.svg"
-        fig.savefig(path, format="svg",
-                    metadata={"Date": None, "Creator": "scripts/diagrams.py"})
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={
+            "Date": None, "Creator": "scripts/diagrams.py", "Identifier": marker(name)})
+        path.write_text(compact_svg(buf.getvalue()), encoding="utf-8")
         if png is not None:
             png.mkdir(parents=True, exist_ok=True)
             fig.savefig(png / f"{name}.png", dpi=COLUMN_PX / fig.get_figwidth())

@@ -16,12 +16,15 @@ PATH = re.compile(r"(\S*_static/diagrams/([\w-]+\.svg))")
 
 
 def _pages() -> dict[str, str]:
-    """Markdown of every page: book/*.md, and the markdown cells of chapters/*.ipynb."""
+    """Markdown of every page: book/*.md, and the markdown cells of chapters/*.ipynb (a
+    diagram embedded by scripts/embed_diagrams.py read as its path)."""
+    from embed_diagrams import to_paths
+
     pages = {str(p.relative_to(ROOT)): p.read_text("utf-8") for p in (ROOT / "book").glob("*.md")}
     for nb in sorted((ROOT / "chapters").glob("*.ipynb")):
         cells = json.loads(nb.read_text("utf-8"))["cells"]
         pages[str(nb.relative_to(ROOT))] = "\n".join(
-            "".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+            to_paths("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
     return pages
 
 
@@ -166,3 +169,72 @@ def test_drawing_chinese_without_a_translation_fails_clearly(tmp_path, monkeypat
     else:
         raise AssertionError("drew a Chinese diagram with an English label")
     assert not list(tmp_path.glob("*.svg"))
+
+
+# --- the pipeline strip at the top of every chapter -------------------------------------------
+
+def _prefix(nb) -> str:
+    return nb.stem.split("_", 1)[0]
+
+
+def test_every_chapter_has_its_pipeline_strip_in_both_languages():
+    import diagrams
+
+    prefixes = sorted(_prefix(nb) for nb in (ROOT / "chapters").glob("*.ipynb"))
+    missing = [p for p in prefixes if p not in diagrams.STRIP_HIGHLIGHT]
+    assert not missing, f"chapters without a pipeline strip: add {missing} to STRIP_HIGHLIGHT"
+    for p in prefixes:
+        assert (DIAGRAMS / f"pipeline_{p}.svg").is_file() and (ZH / f"pipeline_{p}.svg").is_file()
+
+
+def test_each_strip_highlights_its_chapters_stages_and_mutes_the_others():
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    import diagrams
+
+    stages = [k for k, *_ in diagrams.STRIP_PATH] + \
+        [k for k, *_ in diagrams.STRIP_SERVING] + ["machine"]
+    for chapter, lit in diagrams.STRIP_HIGHLIGHT.items():
+        diagrams.setup()
+        fig = diagrams.pipeline_strip(chapter)
+        boxes = [b for b in fig.findobj(FancyBboxPatch)]
+        plt.close(fig)
+        assert len(boxes) == len(stages), chapter  # one box per stage, in this order
+        bold = [k for k, b in zip(stages, boxes) if b.get_linewidth() > 2]
+        assert bold == [k for k in stages if k in lit], chapter
+        assert bold, f"pipeline_{chapter} highlights nothing"
+        for k, b in zip(stages, boxes):  # highlighted: coloured; the others one grey
+            grey = b.get_facecolor()[:3] == diagrams.to_rgb(diagrams.STRIP_OFF_FC)
+            assert grey == (k not in lit), (chapter, k)
+
+
+def test_the_strips_are_small_and_drawn_for_the_column():
+    for lang in (DIAGRAMS, ZH):
+        for svg in lang.glob("pipeline_*.svg"):
+            limit = 60_000 if lang == DIAGRAMS else 90_000  # Chinese glyphs are larger
+            assert svg.stat().st_size < limit, f"{svg}: {svg.stat().st_size} bytes"
+    import diagrams
+
+    fig = diagrams.DIAGRAMS["pipeline_05"]()
+    assert fig.get_figwidth() == 10 and fig.get_figheight() <= 2.2  # one short strip
+
+
+def test_the_chapter_labels_follow_the_book_s_numbering():
+    import diagrams
+
+    pipeline = "\n".join(diagrams.labels("pipeline"))
+    assert "speculative decoding\n(ch. 11)" in pipeline and "(ch. 10)" not in pipeline
+    assert "continuous batching\n(ch. 9)" in pipeline
+    strip = diagrams.group_labels("pipeline_strip")
+    for label, ch in [("batching & scheduling", "ch. 9"), ("server & API", "ch. 10"),
+                      ("speculative decoding", "ch. 11"), ("tokenizer", "ch. 2")]:
+        assert label in strip and ch in strip
+
+
+def test_every_svg_names_itself_for_embedding():
+    """scripts/embed_diagrams.py recognises an embedded copy by this marker."""
+    for folder in (DIAGRAMS, ZH):
+        for svg in folder.glob("*.svg"):
+            assert f"<dc:identifier>llmcore-diagram:{svg.stem}</dc:identifier>" in \
+                svg.read_text("utf-8"), svg
