@@ -42,6 +42,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from embed_diagrams import to_paths  # noqa: E402  (scripts/ is on the path)
+
 ROOT = Path(__file__).resolve().parent.parent
 ZH = ROOT / "book" / "zh"
 PAGES = ["intro", "claims", "glossary", "references"]  # book/<name>.md
@@ -59,10 +61,11 @@ def digest(text: str) -> str:
 
 
 def english_units(path: Path) -> list[tuple[str, str]]:
-    """(id, English text) of every unit of a notebook or page, in order."""
+    """(id, English text) of every unit of a notebook or page, in order. A diagram embedded
+    in a cell (scripts/embed_diagrams.py) counts as its path form, as the units store it."""
     if path.suffix == ".ipynb":
         nb = json.loads(path.read_text(encoding="utf-8"))
-        return [(c["id"], "".join(c["source"])) for c in nb["cells"]
+        return [(c["id"], to_paths("".join(c["source"]))) for c in nb["cells"]
                 if c["cell_type"] == "markdown"]
     blocks = path.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
     return [(f"b{i}", b) for i, b in enumerate(blocks)]
@@ -308,8 +311,8 @@ def _zh_notebook(path: Path) -> dict:
     zh = translated(path.stem)
     first_code = True
     for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown" and cell["id"] in zh:
-            cell["source"] = zh[cell["id"]]
+        if cell["cell_type"] == "markdown":  # diagrams by path: book/zh/diagrams/ copies
+            cell["source"] = zh.get(cell["id"]) or to_paths("".join(cell["source"]))
         elif cell["cell_type"] == "code":
             if first_code:  # the setup cell: the checkers of this notebook speak Chinese
                 cell["source"] = "".join(cell["source"]) + SETUP_LANGUAGE
