@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test site-check export notebooks setup-cells bench gpu-check clean
+.PHONY: book test site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
 
 book: $(STAMP)
 	$(PY) scripts/build_book.py
@@ -29,6 +29,9 @@ setup-cells: $(STAMP)        ## write _config.yml's repository URL into every ch
 
 diagrams: $(STAMP)           ## redraw book/_static/diagrams/*.svg from scripts/diagrams.py
 	$(PY) scripts/diagrams.py
+
+embed-diagrams: $(STAMP)     ## embed the current diagrams in chapters/*.ipynb (Colab shows them)
+	$(PY) scripts/embed_diagrams.py
 
 notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ipynb for one)
 	$(PY) scripts/execute_notebooks.py $(NB)
