@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import Case, Verdict, checker, report, run_cases
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases)
 
 
 def _static(lengths, batch):
@@ -213,3 +214,22 @@ def check_shared_blocks(fn: Callable) -> Verdict:
              "it), only blocks first filled completely, and second looks up only "
              "(len(second) - 1) // block_size blocks: its last token is always "
              "computed."))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# never typed into the notebook.
+# Question 9.1: continuous batching of 4 slots; the second long request waits for a slot
+check_q_continuous_steps = number_question(
+    "Question 9.1 (continuous steps)", _continuous([30, 2, 2, 2, 2, 2, 2, 30], 4),
+    rel=0.01)
+# Question 9.2: the chapter's chunked-prefill run: a budget of 64 tokens per step, 16
+# requests decoding, a 900-token prompt prefilled in chunks of what the decodes leave
+_BUDGET, _DECODES, _LONG_PROMPT = 64, 16, 900
+check_q_prefill_steps = number_question(
+    "Question 9.2 (prefill steps)", -(-_LONG_PROMPT // (_BUDGET - _DECODES)), rel=0.01)
+# Question 9.3: reserve admission in a pool of 200 blocks of 16 tokens; each request has
+# a 200-token prompt and max_tokens=1000, so it reserves ceil(1200 / 16) = 75 blocks
+check_q_reserved_requests = number_question(
+    "Question 9.3 (reserved requests)", 200 // -(-(200 + 1000) // 16), rel=0.01)
+
+register_questions(globals())
