@@ -7,7 +7,8 @@ from typing import Callable
 
 import torch
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 
 def _same_tensor(rel: float = 1e-5, abs_: float = 1e-6) -> Callable:
@@ -162,3 +163,15 @@ def check_rms_norm(fn: Callable) -> Verdict:
          "eps = 0.01 on x = 0.1", matches(x_small, ones4, 0.01)),
         ("the input tensor must not be modified in place", input_unchanged),
     ]))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# never typed into the notebook.
+# Question 3.1: vocab x d_model numbers of 2 bytes (bfloat16), in MiB
+check_q_table_mib = number_question(
+    "Question 3.1 (table MiB)", 256_000 * 2_304 * 2 / 2**20, rel=0.05)
+# Question 3.2: positions per turn of pair i = 32 at d = 128, theta = 10,000
+check_q_wavelength = number_question(
+    "Question 3.2 (wavelength)", 2 * math.pi / 10_000.0 ** (-2 * 32 / 128), rel=0.05)
+
+register_questions(globals())

@@ -79,4 +79,8 @@ ANSWERS = {
          lambda x, w, e: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + e),         # forgot the weight
          lambda x, w, e: x / torch.sqrt(x.pow(2).mean(0, keepdim=True) + e) * w,      # wrong dimension
          _rms_in_place]),
+    # 1,125 MiB; wrong: 1 byte per number, 4 bytes (or counted twice), MB read as GiB
+    "ch03.check_q_table_mib": (1125, [562.5, 2250, 1.1]),
+    # 628 positions; wrong: 1 / omega (no 2 pi), pair 0's 2 pi, omega itself
+    "ch03.check_q_wavelength": (628.3, [100, 6.28, 0.01]),
 }
