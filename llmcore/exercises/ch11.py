@@ -1,11 +1,12 @@
-"""Checkers for the exercises of chapter 10 (speculative decoding). Hand-written."""
+"""Checkers for the exercises of chapter 11 (speculative decoding). Hand-written."""
 from __future__ import annotations
 
 from typing import Callable
 
 import torch
 
-from . import Case, Verdict, checker, report, run_cases
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases)
 
 
 @checker
@@ -97,3 +98,22 @@ def check_choose_k(fn: Callable) -> Verdict:
         hint="for each k, expected tokens per round (1 + alpha + ... + alpha**k) "
              "divided by the round's time, k draft steps plus t_pass[k + 1]; k = 0 "
              "is one token per t_pass[1]; keep the smallest k among equal rates."))
+
+
+# --- Check your understanding: pen-and-paper questions ------------------------------
+
+def _tokens_per_pass(alpha: float, k: int) -> float:
+    return (1 - alpha ** (k + 1)) / (1 - alpha)  # 1 + alpha + ... + alpha**k
+
+
+# Question 11.1: a 20 ms target step and verify pass over 5 tokens, a 2 ms draft step,
+# k = 4 at acceptance 0.8: tokens per round times a step, over 4 draft steps + a verify.
+check_q_gpu_speedup = number_question(
+    "Question 11.1 (GPU speed-up)", _tokens_per_pass(0.8, 4) * 20 / (4 * 2 + 20))
+
+# Question 11.2: a verify pass over 9 tokens costs 5 steps; a round yields its kept
+# guesses + 1, so it beats plain decoding when kept + 1 > 5.
+check_q_break_even = number_question("Question 11.2 (kept guesses to break even)",
+                                     5 - 1, rel=1e-9)
+
+register_questions(globals())

@@ -1,4 +1,4 @@
-"""Answers for the chapter 10 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
+"""Answers for the chapter 11 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
 import torch
 
 
@@ -67,3 +67,16 @@ ANSWERS["ch11.check_choose_k"] = (
      lambda a, t, d=0.0: _choose_k(a, t, d, linear=True),   # 1 + alpha k: guesses independent
      lambda a, t, d=0.0: _choose_k(a, t, d, plain=False),   # never falls back to plain decoding
      lambda a, t, d=0.0: _choose_k(a, t, d, last_tie=True)])  # the largest k on a tie
+
+# Question 11.1: 3.36 tokens a round, 4 x 2 ms of draft + a 20 ms verify pass
+_TOKENS = 1 + 0.8 + 0.8**2 + 0.8**3 + 0.8**4
+ANSWERS["ch11.check_q_gpu_speedup"] = (
+    _TOKENS * 20 / 28,
+    [_TOKENS,                       # the draft's steps taken as free
+     (_TOKENS - 1) * 20 / 28,       # forgot the target's own token
+     5 * 20 / 28,                   # every guess kept
+     _TOKENS * 20 / (5 * 2 + 20),   # k + 1 draft steps
+     28 / (_TOKENS * 20)])          # upside down
+# Question 11.2: kept + 1 > 5
+ANSWERS["ch11.check_q_break_even"] = (4, [5, 8, 9, 3])
+
