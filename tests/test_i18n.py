@@ -178,6 +178,19 @@ def test_gate_fails_on_a_missing_glossary_term_unless_skipped(book):
     assert i18n.check() == []
 
 
+def test_glossary_alternative_names_count(book):
+    """A `.. also:` line: a Chinese name the check accepts, an English synonym it watches."""
+    page = book / "book" / "glossary.md"
+    page.write_text(page.read_text().replace(
+        "  One unit of text.\n", "  One unit of text.\n.. also: 个词元; piece\n"))
+    terms = dict((en[0], (en, zh)) for en, zh in i18n.glossary_terms())
+    assert terms["token"] == (["token", "piece"], ["词元(token)", "词元", "token", "个词元"])
+    unit = i18n.Unit("x", "", "Then one piece per step.", "然后每步一个。")
+    assert i18n.missing_terms(unit) == ["'token' -> '词元(token)' or '词元' or 'token' or '个词元'"]
+    unit.zh = "然后每步出一个词元。"
+    assert i18n.missing_terms(unit) == []
+
+
 def test_gate_fails_on_headings_and_on_emphasis_that_does_not_render(book):
     _translate_all()
     units = i18n.load("01_x")
