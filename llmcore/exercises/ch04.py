@@ -7,7 +7,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import Case, Verdict, checker, report, run_cases, run_checks
+from . import (Case, Verdict, checker, number_question, register_questions, report,
+               run_cases, run_checks)
 
 Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -158,3 +159,15 @@ def check_block_parameters(fn: Callable) -> Verdict:
         "Exercise 4.4 (block_parameters)", fn, cases,
         hint="q and o: dim * n_heads * head_dim each; k and v: dim * n_kv_heads * "
              "head_dim each; SwiGLU: 3 * dim * hidden_dim; two RMSNorms: dim each."))
+
+
+# Pen-and-paper questions ("Check your understanding"): the answers are worked out here,
+# never typed into the notebook.
+# Question 4.1: Llama-3-70B, 2 (K, V) x layers x KV heads x head dim x 2 bytes, in KiB
+check_q_kv_kib = number_question(
+    "Question 4.1 (KV KiB)", 2 * 80 * 8 * 128 * torch.bfloat16.itemsize / 2**10, rel=0.05)
+# Question 4.2: about 2 FLOPs per parameter per token, Llama-3.2-1B, 4,000 tokens, TFLOP
+check_q_prefill_tflop = number_question(
+    "Question 4.2 (prefill TFLOP)", 2 * 1_235_814_400 * 4_000 / 1e12, rel=0.05)
+
+register_questions(globals())

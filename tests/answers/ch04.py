@@ -70,4 +70,8 @@ ANSWERS = {
         [lambda *a: _block_parameters(*a, gqa=False),  # k, v with n_heads heads
          lambda *a: _block_parameters(*a, norms=False),  # no norm weights
          lambda *a: _block_parameters(*a, mlp_mats=2)]),  # not SwiGLU
+    # 320 KiB; wrong: keys only, query heads instead of KV heads, float32, bytes
+    "ch04.check_q_kv_kib": (320, [160, 2560, 640, 327680]),
+    # 9.9 TFLOP; wrong: 1 FLOP per parameter, 4 per parameter, one token, GFLOP
+    "ch04.check_q_prefill_tflop": (9.886, [4.94, 19.77, 0.00247, 9886]),
 }
