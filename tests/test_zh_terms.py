@@ -45,6 +45,8 @@ FORBIDDEN: list[tuple[str, str]] = [
     (r"模型权重文件", "模型检查点 (checkpoint; 模型目录 where a directory is meant)"),
     (r"暂扣缓冲", "暂扣（hold-back）"),
     (r"后续每个字", "TPOT（每个输出词元的间隔）"),
+    (r"\*\*每个输出词元的间隔\*\*（TPOT）|(?<=[\u4e00-\u9fff，。、；：])每个输出词元的间隔（TPOT）",
+     "TPOT（每个输出词元的间隔） in running text (the glossary's name line aside)"),
     (r"逐字复现", "逐位复现 (bit-reproducible)"),
 ]
 
