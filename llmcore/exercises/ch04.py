@@ -165,7 +165,8 @@ def check_block_parameters(fn: Callable) -> Verdict:
 # never typed into the notebook.
 # Question 4.1: Llama-3-70B, 2 (K, V) x layers x KV heads x head dim x 2 bytes, in KiB
 check_q_kv_kib = number_question(
-    "Question 4.1 (KV KiB)", 2 * 80 * 8 * 128 * torch.bfloat16.itemsize / 2**10, rel=0.05)
+    "Question 4.1 (KV KiB)", 2 * 80 * 8 * 128 * torch.bfloat16.itemsize / 2**10,
+    rel=0.05)
 # Question 4.2: about 2 FLOPs per parameter per token, Llama-3.2-1B, 4,000 tokens, TFLOP
 check_q_prefill_tflop = number_question(
     "Question 4.2 (prefill TFLOP)", 2 * 1_235_814_400 * 4_000 / 1e12, rel=0.05)
