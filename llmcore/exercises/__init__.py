@@ -158,8 +158,8 @@ def zh_message(message: str) -> str:
     return _zh(message)
 
 
-_VERDICT_LINE = re.compile(r"^(✅|❌|✏️) ((?:Exercise|Question) [0-9A-Z]+\.\d+ \([^)]*\)): "
-                           r"(passed|failed|not attempted)\. (.*)$", re.M)
+_VERDICT_LINE = re.compile(r"^(✅|❌|✏️) ((?:Exercise|Question) [0-9A-Z]+\.\d+ "
+                           r"\([^)]*\)): (passed|failed|not attempted)\. (.*)$", re.M)
 
 
 def translate_verdicts(text: str, lang: str) -> str:
@@ -257,16 +257,17 @@ def checker(fn: Callable[[Callable], Verdict]) -> Callable[[Callable], Verdict]:
 def number_question(name: str, answer: float, rel: float = 0.05
                     ) -> Callable[[Any], Verdict]:
     """A checker for a pen-and-paper question whose answer is a number: `name` is
-    "Question N.k (what)", `answer` the number (computed in the chapter's checker module,
-    not typed into the notebook) and `rel` the relative tolerance. The learner passes
-    the number (None: not attempted); a function is called with no arguments, so that
-    the answer may be the code that works it out. Register it in the chapter's module:
+    "Question N.k (what)", `answer` the number (computed in the chapter's checker
+    module, not typed into the notebook) and `rel` the relative tolerance. The learner
+    passes the number (None: not attempted); a function is called with no arguments, so
+    that the answer may be the code that works it out. Register it in the chapter's module:
     ``check_q_kv_bytes = number_question("Question 6.1 (KV bytes)", 2 * 30 * 576 * 2)``.
     """
     if not re.match(r"^Question [0-9A-Z]+\.\d+ \(", name):
         raise ValueError(f"a question's name reads 'Question N.k (what)', got {name!r}")
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or rel <= 0:
-        raise ValueError(f"answer must be a number and rel > 0, got {answer!r}, {rel!r}")
+        raise ValueError(f"answer must be a number and rel > 0, got {answer!r}, "
+                         f"{rel!r}")
 
     def check(got: Any) -> Verdict:
         if callable(got):

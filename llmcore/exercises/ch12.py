@@ -76,8 +76,8 @@ def check_ttft_estimate(fn: Callable) -> Verdict:
 check_q_turns_that_fit = number_question(
     "Question 12.1 (turns that fit)", (8192 - 512 - 700) // 400, rel=1e-9)
 
-# Question 12.2: the chapter's conversation (53, 21 and 138 tokens) replayed in full over
-# 15 turns: turn t resends t questions and t - 1 answers.
+# Question 12.2: the chapter's conversation (53, 21 and 138 tokens) replayed in full
+# over 15 turns: turn t resends t questions and t - 1 answers.
 check_q_replay_15_turns = number_question(
     "Question 12.2 (replay over 15 turns)", _replay(53, 21, 138, 15))
 
