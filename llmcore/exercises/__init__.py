@@ -260,8 +260,9 @@ def number_question(name: str, answer: float, rel: float = 0.05
     "Question N.k (what)", `answer` the number (computed in the chapter's checker
     module, not typed into the notebook) and `rel` the relative tolerance. The learner
     passes the number (None: not attempted); a function is called with no arguments, so
-    that the answer may be the code that works it out. Register it in the chapter's module:
-    ``check_q_kv_bytes = number_question("Question 6.1 (KV bytes)", 2 * 30 * 576 * 2)``.
+    that the answer may be the code that works it out. Register it in the chapter's
+    module: ``check_q_kv = number_question("Question 6.1 (KV bytes)", 2 * 30 * 576)``
+    and ``register_questions(globals())`` at the end of the module.
     """
     if not re.match(r"^Question [0-9A-Z]+\.\d+ \(", name):
         raise ValueError(f"a question's name reads 'Question N.k (what)', got {name!r}")
