@@ -133,7 +133,8 @@ ANSWERS = {
     # 34 steps; wrong: both long requests from the start (30), static batching (60),
     # the long request plus one short batch (32), one request at a time (72)
     "ch09.check_q_continuous_steps": (34, [30, 60, 32, 72]),
-    # 19 steps; wrong: the whole budget for the chunk (15), rounded down (18, 14), one pass
+    # 19 steps; wrong: the whole budget for the chunk (15), rounded down (18, 14), one
+    # pass
     "ch09.check_q_prefill_steps": (19, [15, 18, 14, 1]),
     # 2 requests; wrong: 200 * 16 / 1200 rounded up (3), the prompt's blocks only (15),
     # what optimistic admission fits with 300-token replies (6), one
