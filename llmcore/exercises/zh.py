@@ -428,13 +428,30 @@ MESSAGES: dict[str, str] = {
          "然后从队首开始接纳请求，条件是批次还有空位，且该请求所需的 "
          "ceil((prompt_len + max_tokens) / block_size) 个块放得下；"
          "遇到第一个不满足条件的请求就停止（后面的请求不得越过它）。"),
-    # ch09.py:125
+    # ch10.py:46
     ("absent or null means the default (0, off); -1 also means off; accept only a "
      "real int (True is an int in Python, 5.0 is not) in [0, vocab_size]; anything "
      "else raises APIError(400, message, param='top_k')."):
         ("缺省或为 null 表示默认值（0，关闭）；-1 也表示关闭；"
          "只接受 [0, vocab_size] 内真正的 int（在 Python 中 True 也是 int，"
          "5.0 则不是）；其他任何值都抛出 APIError(400, message, param='top_k')。"),
+    # ch10.py:136
+    ("keep a bytes buffer across reads and cut events at b'\\n\\n' before decoding (a "
+     "read may end inside a UTF-8 character); skip lines that do not start with "
+     "'data: ' (': ping' is a comment); 'data: [DONE]' ends the stream; a chunk with "
+     "no choices adds nothing; an error event, or a stream that ends before [DONE], "
+     "raises RuntimeError."):
+        ("在多次读取之间保留一个 bytes 缓冲区，先按 b'\\n\\n' 切出事件再解码"
+         "（一次读取可能在某个 UTF-8 字符的中间结束）；跳过不以 'data: ' 开头的行"
+         "（': ping' 是注释）；'data: [DONE]' 表示流结束；没有 choices 的块不贡献文本；"
+         "遇到错误事件，或流在 [DONE] 之前就结束了，都抛出 RuntimeError。"),
+    # ch10.py:184
+    ("each message is '<|im_start|>' + role + '\\n' + content + '<|im_end|>\\n'; a "
+     "list of text parts is their texts joined by '\\n', None is ''; the generation "
+     "prompt, only if asked, is '<|im_start|>assistant\\n'."):
+        ("每条消息是 '<|im_start|>' + role + '\\n' + content + '<|im_end|>\\n'；"
+         "文本片段列表按 '\\n' 连接成一个字符串，None 记作 ''；"
+         "只有要求时才追加生成提示 '<|im_start|>assistant\\n'。"),
     # ch09.py:168
     ("with no budget return needs as they are; else give every decoding request (need "
      "1) its token first, raise ValueError if the budget cannot cover them, then walk "
