@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmcore.request import TokenLogprob
 from llmcore.sampling import SamplingParams
 from llmcore.tokenizer import Tokenizer
 
@@ -358,13 +359,24 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
 
 
 # %% chapters/10_server.ipynb § The OpenAI API as data
+def with_chosen(lp: TokenLogprob) -> list[tuple[int, float]]:
+    """A position's best rivals plus the token that was chosen there, when it is not
+    among them: the completions API always returns the chosen token's log probability,
+    so `top_logprobs` holds up to logprobs + 1 entries (OpenAI documents it; vLLM does
+    the same). The chat API returns exactly `top_logprobs` rivals, and does not use it."""
+    if any(token_id == lp.token_id for token_id, _ in lp.top):
+        return lp.top
+    return [*lp.top, (lp.token_id, lp.logprob)]
+
+
 def completion_logprobs(tokenizer: Tokenizer, logprobs: list, offset: int = 0,
                         first_token: int | None = None) -> dict:
     """The completions API's logprobs object for engine TokenLogprobs. first_token:
     a prompt's first token (echo), listed with a null log probability."""
     entries = [] if first_token is None else [(first_token, None, None)]
     entries += [(lp.token_id, lp.logprob,
-                 {tokenizer.decode([i]): v for i, v in lp.top}) for lp in logprobs]
+                 {tokenizer.decode([i]): v for i, v in with_chosen(lp)})
+                for lp in logprobs]
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for token_id, logprob, top in entries:
         text = tokenizer.decode([token_id])
@@ -386,4 +398,5 @@ def chat_logprobs(tokenizer: Tokenizer, logprobs: list) -> dict:
 
 
 __all__ = ['APIError', 'Limits', 'ServedModel', 'ParsedRequest', 'parse_json',
-           'parse_completion', 'parse_chat', 'completion_logprobs', 'chat_logprobs']
+           'parse_completion', 'parse_chat', 'with_chosen', 'completion_logprobs',
+           'chat_logprobs']

@@ -378,6 +378,35 @@ def test_logprobs_are_consistent_and_greedy_picks_the_top(client, tiny):
         assert logprob == pytest.approx(max(top.values()), abs=1e-5)  # greedy: top 1
 
 
+def test_completions_top_logprobs_always_hold_the_chosen_token(client, tiny):
+    # OpenAI: "the API will always return the logprob of the sampled token, so there may
+    # be up to logprobs+1 elements"; with logprobs=0, the chosen token alone
+    _, tokenizer = tiny
+    zero = client.completions.create(model=MODEL, prompt=CODE, max_tokens=6,
+                                     temperature=0, logprobs=0)
+    lp = zero.choices[0].logprobs
+    assert [list(top) for top in lp.top_logprobs] == [[t] for t in lp.tokens]
+    assert [top[t] for top, t in zip(lp.top_logprobs, lp.tokens)] == pytest.approx(
+        lp.token_logprobs)
+    hot = client.completions.create(model=MODEL, prompt=CODE, max_tokens=24,
+                                    temperature=2.0, seed=7, logprobs=1)
+    lp = hot.choices[0].logprobs
+    sizes = [len(top) for top in lp.top_logprobs]
+    assert all(t in top and top[t] == pytest.approx(v)
+               for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
+    assert set(sizes) <= {1, 2} and 2 in sizes  # some sampled token was not the top one
+
+
+def test_with_chosen_adds_the_chosen_token_only_when_missing():
+    from llmcore.api import with_chosen
+    from llmcore.request import TokenLogprob
+
+    assert with_chosen(TokenLogprob(5, -0.1, [(5, -0.1), (2, -3.0)])) == [(5, -0.1),
+                                                                          (2, -3.0)]
+    assert with_chosen(TokenLogprob(9, -4.0, [(5, -0.1)])) == [(5, -0.1), (9, -4.0)]
+    assert with_chosen(TokenLogprob(9, -4.0, [])) == [(9, -4.0)]
+
+
 def test_echo_with_logprobs_lists_the_prompt_tokens_first(client, tiny):
     _, tokenizer = tiny
     prompt_ids = tokenizer.encode(CODE)
