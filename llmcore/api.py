@@ -363,7 +363,8 @@ def with_chosen(lp: TokenLogprob) -> list[tuple[int, float]]:
     """A position's best rivals plus the token that was chosen there, when it is not
     among them: the completions API always returns the chosen token's log probability,
     so `top_logprobs` holds up to logprobs + 1 entries (OpenAI documents it; vLLM does
-    the same). The chat API returns exactly `top_logprobs` rivals, and does not use it."""
+    the same). The chat API returns exactly `top_logprobs` rivals and does not use
+    it."""
     if any(token_id == lp.token_id for token_id, _ in lp.top):
         return lp.top
     return [*lp.top, (lp.token_id, lp.logprob)]
