@@ -722,6 +722,27 @@ BAD_INPUTS = [
      "'presence_penalty'"),
     ("frequency_penalty below -2", completion(frequency_penalty=-3), 400,
      "'frequency_penalty'"),
+    # one step past each bound (a bug that moves a bound by one must fail here, not
+    # later in the engine with param null)
+    ("top_k one past the vocabulary", completion(top_k=4097), 400, "'top_k'"),
+    ("temperature just above 2", completion(temperature=2.0001), 400, "'temperature'"),
+    ("top_p just above 1", completion(top_p=1.0001), 400, "'top_p'"),
+    ("top_p negative", completion(top_p=-0.1), 400, "'top_p'"),
+    ("min_p negative", completion(min_p=-0.01), 400, "'min_p'"),
+    ("presence_penalty below -2", completion(presence_penalty=-2.01), 400,
+     "'presence_penalty'"),
+    ("frequency_penalty above 2", completion(frequency_penalty=2.01), 400,
+     "'frequency_penalty'"),
+    ("repetition_penalty negative", completion(repetition_penalty=-1), 400,
+     "'repetition_penalty'"),
+    ("max_tokens -1", completion(max_tokens=-1), 400, "'max_tokens'"),
+    ("min_tokens -1", completion(min_tokens=-1), 400, "'min_tokens'"),
+    ("logprobs -1", completion(logprobs=-1), 400, "'logprobs'"),
+    ("top_logprobs -1", chat(logprobs=True, top_logprobs=-1), 400, "'top_logprobs'"),
+    ("logit_bias value -100.5", completion(logit_bias={"5": -100.5}), 400,
+     "[-100, 100]"),
+    ("logit_bias id -1", completion(logit_bias={"-1": 1}), 400, "'logit_bias'"),
+    ("stop_token_ids -1", completion(stop_token_ids=[-1]), 400, "'stop_token_ids'"),
     ("n 0", completion(n=0), 400, "'n' must be an int in [1, 16]"),
     ("n 17", completion(n=17), 400, "'n'"),
     ("logprobs 21", completion(logprobs=21), 400,
@@ -847,6 +868,19 @@ def test_bad_input_is_refused(url, name, call, status, says):
             client.post(call.path.removeprefix("/v1"), body=call.body, cast_to=object)
         assert caught.value.status_code == status
         assert caught.value.body == error
+
+
+@pytest.mark.parametrize("field, value", [
+    ("top_k", 4096), ("top_k", -1), ("top_k", 0), ("temperature", 2), ("temperature", 0),
+    ("top_p", 1), ("min_p", 1), ("min_p", 0), ("presence_penalty", -2),
+    ("presence_penalty", 2), ("frequency_penalty", -2), ("frequency_penalty", 2),
+    ("logprobs", 20), ("logprobs", 0), ("n", 16), ("seed", 2**64 - 1), ("seed", 0),
+    ("logit_bias", {"4095": 100, "0": -100}), ("stop_token_ids", [0, 4095]),
+    ("min_tokens", 4)])
+def test_each_bound_itself_is_accepted(url, field, value):
+    # the other side of the boundary cases above: the last allowed value passes
+    response = _send(url, completion(**{field: value, "max_tokens": 4}))
+    assert response.status_code == 200, response.text
 
 
 def test_bad_input_classes_are_many_and_distinct():
