@@ -8,9 +8,12 @@ prefix of valid JSON, so that the finished text always parses.
 
 `json_step(state, byte)` is a byte-level pushdown automaton for JSON (RFC 8259): its
 state is a tuple used as a stack, and it returns None for a byte that no valid JSON
-could continue with. `JsonConstraint` walks a trie of the vocabulary with it to find the
+could continue with. Whitespace between tokens is bounded (MAX_WHITESPACE bytes in a
+row), and `bytes_to_close(state)` is the length of the shortest text that completes the
+value. `JsonConstraint` walks a trie of the vocabulary with the automaton to find the
 allowed tokens (remembered for the states met most recently), and `mask_logits` sets
-every other logit to -inf.
+every other logit to -inf; given the tokens a reply has left, it allows only tokens
+after which the value can still be closed in time.
 The decode loops of chapter 8 on take it as `constraint=`: they sample under the mask
 and stop when the value is complete.
 """
@@ -29,6 +32,13 @@ _LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 _NUMBER_END = {"N0", "ND", "NF", "NX"}  # number states in which the number may stop
 OBJECT_START: tuple = ("END", "OBJ")    # a top-level JSON object, then only whitespace
 VALUE_START: tuple = ("END", "V")       # any top-level JSON value
+# At most this many whitespace bytes in a row between a value's tokens: a newline and
+# the indentation of pretty-printed JSON four levels deep at 4 spaces (17 bytes), nine
+# at 2, but not the endless runs of spaces a small model trained on code would emit.
+# XGrammar's JSON grammars take such a bound (max_whitespace_cnt); llguidance can pin
+# the separators instead. After the complete value, whitespace stays unbounded: the
+# reply ends there unless min_tokens holds it open, and then whitespace is all it has.
+MAX_WHITESPACE = 20
 
 
 def _value(rest: tuple, b: int) -> tuple | None:
@@ -64,6 +74,10 @@ def json_step(state: tuple, b: int) -> tuple | None:
             return rest + ("S",)
         return rest + (("U", 4),) if b == ord("u") else None
     if isinstance(top, tuple):
+        if top[0] == "W":                            # ("W", whitespace bytes so far)
+            if b in _WS:
+                return rest + (("W", top[1] + 1),) if top[1] < MAX_WHITESPACE else None
+            return json_step(rest, b)                # the run ended: b comes after it
         if top[0] == "U":                            # \uXXXX: four hex digits
             if b not in _HEX:
                 return None
@@ -88,9 +102,9 @@ def json_step(state: tuple, b: int) -> tuple | None:
             return rest + (nxt,)
         # the number ended: b belongs to what follows
         return json_step(rest, b) if top in _NUMBER_END else None
-    # whitespace may separate everything below
+    # whitespace may separate everything below: a run of it is counted on the stack
     if b in _WS:
-        return state
+        return state if top == "END" else state + (("W", 1),)
     if top == "V":
         return _value(rest, b)
     if top == "OBJ":
@@ -132,12 +146,37 @@ def is_complete(state: tuple | None) -> bool:
     )
 
 
+# The fewest bytes that take each stack entry off the stack: '"' ends a string, '0' is
+# the shortest value, '"":0}' the shortest member after a comma (then its "}").
+_CLOSE = {"S": 1, "S\\": 2, "N-": 1, "N.": 1, "NE": 1, "NS": 1, "V": 1, "OBJ": 2,
+          "O1": 1, "OK": 5, "OC": 3, "ON": 1, "A1": 1, "AN": 1}
+
+
+def bytes_to_close(state: tuple) -> int:
+    """The length in bytes of the shortest text that makes `state` a complete value:
+    each stack entry is closed on its own, cheapest first ("0" for a missing value)."""
+    total = 0
+    for entry in state:
+        if isinstance(entry, tuple):  # ("U", hex digits left), ("L", bytes), ("W", n)
+            total += (entry[1] + 1 if entry[0] == "U"
+                      else len(entry[1]) if entry[0] == "L" else 0)
+        else:
+            total += _CLOSE.get(entry, 0)
+    return total
+
+
 # %% chapters/07_sampling.ipynb § Constrained decoding: output that always parses
 class JsonConstraint:
     """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary
     walked with json_step, the answer remembered for each automaton state (states
     recur constantly), for at most `max_states` states, the least recently used
     forgotten first.
+
+    Given `left`, the tokens a reply may still draw, it also keeps the value closable:
+    once some allowed token would leave more to close than the tokens after it can
+    write (counting one token per byte, which a byte-level vocabulary always offers),
+    only the tokens that leave enough are allowed, and that answer is remembered per
+    (state, left). A reply with room therefore ends in a complete value.
 
     Build one (it reads the whole vocabulary: in a server, off the event loop) and
     share it between requests: its caches are functools.lru_cache, safe in any
@@ -166,17 +205,28 @@ class JsonConstraint:
             # key None: the tokens that end here
             node.setdefault(None, []).append(token)
         # The stack is part of the state, so a server meets ever more of them (every
-        # nesting depth): both caches are bounded. state -> allowed tokens, and
-        # (state, logits' width, device) -> the mask mask_logits applies.
+        # nesting depth): every cache is bounded. state -> (allowed tokens, the most
+        # any of them leaves to close); (state, left) -> the tokens allowed with only
+        # `left` to go; (state, left or None, logits' width, device) -> the mask
+        # mask_logits applies.
         self._allowed = functools.lru_cache(max_states)(self._walk)
+        self._tight = functools.lru_cache(max_states)(self._walk_within)
         self._masks = functools.lru_cache(max_states)(self._banned)
 
-    def allowed(self, state: tuple) -> torch.Tensor:
-        """Boolean mask (vocab_size,) of the tokens that may follow `state`."""
-        return self._allowed(state)
+    def allowed(self, state: tuple, left: int | None = None) -> torch.Tensor:
+        """Boolean mask (vocab_size,) of the tokens that may follow `state`, with
+        `left` tokens still to draw (None: no limit)."""
+        if self._is_tight(state, left):
+            return self._tight(state, left)
+        return self._allowed(state)[0]
 
-    def _walk(self, state: tuple) -> torch.Tensor:
+    def _is_tight(self, state: tuple, left: int | None) -> bool:
+        # tight: some allowed token would leave more than the left - 1 after it
+        return left is not None and self._allowed(state)[1] > left - 1
+
+    def _walk(self, state: tuple, left: int | None = None) -> tuple[torch.Tensor, int]:
         mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        worst = 0  # the most bytes an allowed token leaves to close
         stack = [(self.trie, state)]
         while stack:
             node, s = stack.pop()
@@ -184,10 +234,28 @@ class JsonConstraint:
                 if b is None:
                     continue
                 after = json_step(s, b)
-                if after is not None:
-                    mask[child.get(None, [])] = True
-                    stack.append((child, after))
-        return mask
+                if after is None:
+                    continue
+                ends = child.get(None)
+                if ends:
+                    need = bytes_to_close(after)
+                    if left is None or need <= left - 1:
+                        mask[ends] = True
+                        worst = max(worst, need)
+                stack.append((child, after))
+        return mask, worst
+
+    def _walk_within(self, state: tuple, left: int) -> torch.Tensor:
+        mask = self._walk(state, left)[0]
+        # Nothing closes in time (left below even the shortest value's bytes, and no
+        # token carries enough of them): allow every valid token; the reply will
+        # end with "length". can_close tells a caller beforehand.
+        return mask if mask.any() else self._allowed(state)[0]
+
+    def can_close(self, state: tuple, left: int) -> bool:
+        """Whether `left` tokens can complete the value from `state` (by the one
+        token per byte count, or with tokens that carry several bytes)."""
+        return bytes_to_close(state) <= left or bool(self._walk(state, left)[0].any())
 
     def advance(self, state: tuple, token_bytes: bytes) -> tuple:
         """The state after a token's bytes; ValueError if they do not
@@ -198,20 +266,23 @@ class JsonConstraint:
                              "JSON from this state")
         return after
 
-    def mask_logits(self, logits: torch.Tensor, state: tuple) -> torch.Tensor:
-        """`logits` (vocab,) with every token that cannot follow `state` set to -inf
-        (ids beyond the tokenizer's vocabulary included)."""
+    def mask_logits(self, logits: torch.Tensor, state: tuple,
+                    left: int | None = None) -> torch.Tensor:
+        """`logits` (vocab,) with every token that cannot follow `state` (with `left`
+        tokens to go) set to -inf (ids beyond the tokenizer's vocabulary included)."""
+        left = left if self._is_tight(state, left) else None  # one mask when loose
         # once per state and device: no copy to a GPU at every step
-        banned = self._masks(state, logits.shape[-1], logits.device)
+        banned = self._masks(state, left, logits.shape[-1], logits.device)
         return logits.float().masked_fill(banned, -math.inf)
 
-    def _banned(self, state: tuple, width: int, device: torch.device) -> torch.Tensor:
+    def _banned(self, state: tuple, left: int | None, width: int,
+                device: torch.device) -> torch.Tensor:
         allowed = torch.zeros(width, dtype=torch.bool)
-        mask = self.allowed(state)
+        mask = self.allowed(state, left)
         n = min(len(mask), width)
         allowed[:n] = mask[:n]
         return (~allowed).to(device)
 
 
-__all__ = ['OBJECT_START', 'VALUE_START', 'json_step', 'json_state', 'is_complete',
-           'JsonConstraint']
+__all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
+           'is_complete', 'bytes_to_close', 'JsonConstraint']

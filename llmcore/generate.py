@@ -150,12 +150,15 @@ class Reply:
     - a stop string ends the reply where it completes ("stop", stop_reason = the
       string); the text is cut before it, or after it with include_stop_str_in_output.
     - under a JSON constraint (chapter 7) only tokens that keep the text valid JSON may
-      be drawn, and the reply ends ("stop") when the JSON value is complete.
+      be drawn, and the reply ends ("stop") when the JSON value is complete; near the
+      end of max_tokens only tokens after which the value can still close in time.
     - nothing ends the reply within its first params.min_tokens tokens: banned_ids()
       lists the stop ids while they must not be drawn, and stop strings or a JSON value
       that complete within those tokens are ignored.
     - params.max_tokens ends it with "length"; end(reason) ends it from outside (a
-      token budget, a deadline, a cancelled request).
+      token budget, a deadline, a cancelled request). A loop whose own limit is lower
+      (a server's token budget) passes it as max_tokens, so that the constraint closes
+      the value within it.
 
     add() and end() return the text that is safe to stream (no half character, no part
     of a possible stop string); those pieces add up to `text`.
@@ -163,12 +166,19 @@ class Reply:
 
     def __init__(self, tokenizer: Tokenizer | None, params: SamplingParams,
                  prompt_tokens: int, eos_token_ids: Iterable[int] = (), *,
-                 constraint: JsonConstraint | None = None, start: float = 0.0):
+                 constraint: JsonConstraint | None = None, start: float = 0.0,
+                 max_tokens: int | None = None):
         params.validate()
         if tokenizer is None and (params.stop or constraint is not None):
             raise ValueError("stop strings and JSON constraints are checked on the "
                              "text: give the loop a tokenizer, or drop params.stop "
                              "and the constraint")
+        self.max_tokens = (params.max_tokens if max_tokens is None
+                           else min(params.max_tokens, max_tokens))
+        if constraint is not None and not constraint.can_close(constraint.start,
+                                                               self.max_tokens):
+            raise ValueError(f"max_tokens={self.max_tokens} is too few for the "
+                             "shortest JSON value the constraint accepts; raise it")
         self.params, self.prompt_tokens, self.start = params, prompt_tokens, start
         self.stop_ids = frozenset(params.stop_token_ids) | {int(t) for t in
                                                             eos_token_ids}
@@ -222,7 +232,8 @@ class Reply:
         stop ids and, under a constraint, every token that cannot continue valid JSON.
         Never edits its input."""
         if self.constraint is not None:
-            logits = self.constraint.mask_logits(logits, self.json_state)
+            left = self.max_tokens - len(self.token_ids)  # this token included
+            logits = self.constraint.mask_logits(logits, self.json_state, left)
         banned = self.banned_ids()
         if banned:
             masked = logits.clone()
@@ -255,7 +266,7 @@ class Reply:
             return delta + self._close("stop", self.checker.stop)
         if may_stop and self.json_state is not None and is_complete(self.json_state):
             return delta + self._close("stop", None)
-        if len(self.token_ids) >= self.params.max_tokens:
+        if len(self.token_ids) >= self.max_tokens:
             return delta + self._close("length", None)
         return delta
 
@@ -328,7 +339,7 @@ def stream(model, tokenizer: Tokenizer, prompt: str | Sequence[int],
     check_prompt_length(len(prompt_ids), max_tokens, model.cfg.max_position_embeddings)
     eos = default_eos_ids(tokenizer) if eos_token_ids is None else eos_token_ids
     reply = Reply(tokenizer, params, len(prompt_ids), eos, constraint=constraint,
-                  start=start)
+                  start=start, max_tokens=max_tokens)
     reply.check_vocab(model.cfg.vocab_size)
 
     device = model.device

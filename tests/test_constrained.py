@@ -81,7 +81,7 @@ def test_sampled_outputs_always_parse_when_finished(tokenizer):
             finished += 1
         else:
             assert finish == "length" and json_state(text.encode(), OBJECT_START) is not None
-    assert finished > 0
+    assert finished == 12  # the budget rule closes every value within max_tokens
 
 
 def test_mask_logits_makes_each_states_mask_once_per_device():
@@ -157,3 +157,165 @@ def test_one_constraint_built_in_a_thread_serves_many_threads(tokenizer):
 
         assert all(pool.map(work, range(8)))
     assert constraint._masks.cache_info().currsize <= 4
+
+
+# Issue 29: JSON mode could emit only spaces (unbounded whitespace, which a small model
+# trained on code takes happily) and run out of max_tokens before the value closed.
+
+def test_whitespace_runs_outside_strings_are_bounded():
+    from llmcore.constrained import MAX_WHITESPACE
+    n = MAX_WHITESPACE
+    assert is_complete(json_state(" " * n + "{}", OBJECT_START))
+    assert json_state(" " * (n + 1), OBJECT_START) is None  # the old automaton took any run
+    assert json_state("{" + "\n" + " " * (n - 1) + '"a": 1}', OBJECT_START) is not None
+    assert json_state("{" + "\n" + " " * n, OBJECT_START) is None
+    assert json_state('{"a"' + " " * (n + 1), OBJECT_START) is None
+    assert json_state('{"a": 12' + "\t" * (n + 1), OBJECT_START) is None
+    assert json_state("[1," + " \n" * n, VALUE_START) is None
+    # runs reset at every token, inside strings spaces are text, after the value: free
+    assert is_complete(json_state("{" + (" " * n + '"a"' + " " * n + ":" + " " * n + "1")
+                                  + " " * n + "}", OBJECT_START))
+    assert is_complete(json_state('{"a": "' + " " * 100 + '"}', OBJECT_START))
+    assert is_complete(json_state("{}" + " \n" * 100, OBJECT_START))
+    assert is_complete(json_state("12" + " " * 100, VALUE_START))
+
+
+def test_pretty_printed_json_a_few_levels_deep_is_accepted():
+    """The bound admits a newline and the indentation of four levels at 4 spaces (17
+    bytes) or nine at 2 (19); a fifth level at 4 spaces (21) is past it."""
+    four = {"a": {"b": {"c": [1, True, None, "x y"]}}, "e": []}
+    deep = {"a": {"b": {"c": [1, {"d": [True, {"f": {"g": None}}]}]}}}
+    for doc, indent in ((four, 4), (four, 2), (deep, 2)):
+        for text in (json.dumps(doc, indent=indent), json.dumps(doc),
+                     json.dumps(doc, separators=(",", ":"))):
+            assert is_complete(json_state(text, OBJECT_START)), (indent, text)
+    assert json_state(json.dumps(deep, indent=4), OBJECT_START) is None
+
+
+@pytest.mark.parametrize("text", VALID)
+def test_parsing_is_unchanged_for_valid_json_with_short_whitespace_runs(text):
+    state = json_state(text)
+    assert is_complete(state) and isinstance(state, tuple)
+    assert json.loads(text) is not None or text == "null"
+
+
+def test_tokens_of_many_spaces_are_excluded_outside_strings(tokenizer):
+    from llmcore.constrained import MAX_WHITESPACE
+    constraint = JsonConstraint(tokenizer)
+    spaces = {t: len(tokenizer.decode_bytes([t])) for t in range(tokenizer.vocab_size)
+              if t not in tokenizer.special_tokens.values()
+              and set(tokenizer.decode_bytes([t])) == {ord(" ")}}
+    assert max(spaces.values()) > MAX_WHITESPACE  # the vocabulary has such tokens
+    for written, room in (("", MAX_WHITESPACE), ("{" + " " * 15, MAX_WHITESPACE - 15),
+                          ('{"a": 1' + " " * 5, MAX_WHITESPACE - 5)):
+        mask = constraint.allowed(json_state(written, OBJECT_START))
+        assert all(bool(mask[t]) == (n <= room) for t, n in spaces.items()), written
+    inside = constraint.allowed(json_state('{"a": "', OBJECT_START))
+    assert all(inside[t] for t in spaces)  # inside a string, spaces are text
+
+
+def _shortest_completion(state, alphabet=b'"}]:0,{[ \\nu1aelrs'):
+    """Breadth-first search over bytes: the length of the shortest text that completes."""
+    frontier, seen, depth = {state}, {state}, 0
+    while frontier:
+        if any(is_complete(s) for s in frontier):
+            return depth
+        frontier = {a for s in frontier for b in alphabet
+                    if (a := json_step(s, b)) is not None and a not in seen}
+        seen |= frontier
+        depth += 1
+    raise AssertionError("no completion")
+
+
+def test_bytes_to_close_is_the_length_of_the_shortest_completion():
+    from llmcore.constrained import bytes_to_close
+    rng = random.Random(2)
+    docs = VALID + ['{"a": [[{"b": "x\\u00', '[{"k": tr', '{"a": -', '{"a": 1.', '{"a": 1e+',
+                    '{"a": {}, ', '{"a"   ', '[[[', '{"x": [1, 2, {"y": "\\']
+    states = set()
+    for doc in docs:
+        data = doc.encode()
+        for _ in range(6):
+            state = json_state(data[:rng.randint(0, len(data))])
+            if state is not None:
+                states.add(state)
+    assert len(states) >= 30
+    for state in states:
+        assert bytes_to_close(state) == _shortest_completion(state), state
+
+
+@pytest.mark.parametrize("extra", [0, 1, 3, 9])
+def test_a_tight_budget_still_closes_a_nested_value_against_an_adversary(tokenizer, extra):
+    """Whatever the sampler picks among the allowed tokens (here: always the one that
+    leaves the most to close), the value completes within the tokens left."""
+    from llmcore.constrained import bytes_to_close
+    constraint = JsonConstraint(tokenizer)
+    for written in ("", '{"a": [[{"b": "x', '{"a": [1, {"c": tr', '{"k": {"l": [-'):
+        state = json_state(written, OBJECT_START)
+        left = bytes_to_close(state) + extra
+        for _ in range(left):
+            mask = constraint.allowed(state, left)
+            choices = [t for t in mask.nonzero().flatten().tolist()]
+            token = max(choices, key=lambda t: (bytes_to_close(
+                json_state(tokenizer.decode_bytes([t]), state)), t))
+            state = constraint.advance(state, tokenizer.decode_bytes([token]))
+            left -= 1
+            if is_complete(state):
+                break
+        assert is_complete(state), (written, extra, state)
+
+
+def test_the_budget_masks_are_cached_only_when_tight(tokenizer):
+    constraint = JsonConstraint(tokenizer)
+    state = json_state('{"a": [', OBJECT_START)
+    logits = torch.zeros(tokenizer.vocab_size)
+    loose = constraint.mask_logits(logits, state, 200)
+    assert torch.equal(loose, constraint.mask_logits(logits, state))  # same as no limit
+    assert constraint._tight.cache_info().currsize == 0
+    tight = constraint.mask_logits(logits, state, 3)  # '0]}' is all that fits
+    assert constraint._tight.cache_info().currsize == 1
+    assert (~torch.isinf(tight)).sum() < (~torch.isinf(loose)).sum()
+    assert torch.isinf(tight[tokenizer.encode("[")[0]])  # one more level cannot close
+    assert not torch.isinf(tight[tokenizer.encode("0")[0]])
+
+
+def test_a_budget_too_small_for_any_value_is_refused_at_request_time(tokenizer):
+    from llmcore.generate import Reply
+    # 7 bytes close it ("]]]]]]}"), 6 tokens with the vocabulary's "]]", never 5
+    deep = JsonConstraint(tokenizer, start=json_state('{"a": [[[[[[', OBJECT_START))
+    assert not deep.can_close(deep.start, 5) and deep.can_close(deep.start, 6)
+    with pytest.raises(ValueError, match="max_tokens=5 is too few for the shortest JSON"):
+        Reply(tokenizer, SamplingParams(max_tokens=5), 1, constraint=deep)
+    Reply(tokenizer, SamplingParams(max_tokens=6), 1, constraint=deep)
+    # a whole "{}" is one token of the tiny vocabulary: one token is enough for an object
+    Reply(tokenizer, SamplingParams(max_tokens=1), 1, constraint=JsonConstraint(tokenizer))
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from llmcore.pretrained import load
+    return load("tiny")[0]
+
+
+def test_json_mode_never_emits_only_whitespace_and_always_closes(tokenizer, tiny_model):
+    """Issue 29's reproduction: prompt "x = {", T=0.8, max_tokens 64. Seeds 0 and 3 gave
+    64 spaces and finish_reason "length" before the whitespace bound."""
+    constraint = JsonConstraint(tokenizer)
+    for seed in range(12):
+        for max_tokens in (64, 6):
+            params = SamplingParams(temperature=0.8, max_tokens=max_tokens, seed=seed)
+            result = generate(tiny_model, tokenizer, "x = {", params, constraint=constraint)
+            assert result.text.strip(), (seed, max_tokens)
+            assert result.finish_reason == "stop", (seed, max_tokens, result.text)
+            assert isinstance(json.loads(result.text), dict)
+            assert len(result.token_ids) <= max_tokens
+
+
+def test_a_servers_budget_below_max_tokens_also_closes_the_value(tokenizer, tiny_model):
+    constraint = JsonConstraint(tokenizer)
+    prompt = tokenizer.encode("x = {")
+    for seed in range(4):
+        params = SamplingParams(temperature=1.0, max_tokens=64, seed=seed)
+        result = generate(tiny_model, tokenizer, prompt, params, constraint=constraint,
+                          budget_tokens=len(prompt) + 5)
+        assert result.finish_reason == "stop" and isinstance(json.loads(result.text), dict)
