@@ -153,11 +153,11 @@ def test_a_request_that_raises_fails_alone(tiny, at):
     constraint = JsonConstraint(tokenizer)
     calls, mask = [], constraint.mask_logits
 
-    def exploding(logits, state):  # the request's mask raises at its at-th step
+    def exploding(logits, state, left=None):  # the mask raises at its at-th step
         calls.append(1)
         if len(calls) == at:
             raise RuntimeError("boom")
-        return mask(logits, state)
+        return mask(logits, state, left)
     constraint.mask_logits = exploding
     engine = Engine(model, num_blocks=64, block_size=16, max_batch=4,
                     tokenizer=tokenizer)
