@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from test_exercises import _chapter_number as chapter_number
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import i18n  # noqa: E402
@@ -30,11 +31,6 @@ WORDS = {
            "question": "**问题 {n}.{k}.**", "answer": ":::{admonition} 答案"},
 }
 CHECK_CALL = re.compile(r"\b(ch\w+)\.(check_q_\w+)\(None\)")
-
-
-def chapter_number(path: Path) -> str:
-    prefix = path.stem.split("_")[0]
-    return str(int(prefix)) if prefix.isdigit() else prefix
 
 
 def cells(path: Path, edition: str) -> list[dict]:
@@ -65,8 +61,7 @@ def test_the_pipeline_figure_opens_the_chapter(path, edition):
         f"{{figure-md}} fig-pipeline-{prefix}" in second["text"]), (
         f"{path.name} ({edition}): the cell after the title must be the pipeline figure "
         f"fig-pipeline-{prefix} (pipeline_{prefix}.svg, drawn by scripts/diagrams.py)")
-    normal = i18n.normalize_markdown(second["text"]) if hasattr(
-        i18n, "normalize_markdown") else second["text"]
+    normal = i18n.to_paths(second["text"])  # an embedded diagram as its path
     assert f"pipeline_{prefix}.svg" in normal or "data:image/svg+xml" in normal
 
 
