@@ -27,6 +27,7 @@ that returns new logits and never edits its input, applied in this order:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -37,18 +38,37 @@ import torch
 GREEDY_TEMPERATURE = 1e-5
 
 
-def _is_int(x) -> bool:
+MAX_TEMPERATURE = 2.0  # OpenAI's cap; above it a small model writes noise
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range for logit_bias values: [-100, 100]
+
+
+def is_int(x) -> bool:
+    """An int that is not a bool (JSON's true is no count)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _is_real(x) -> bool:
-    return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+def is_real(x) -> bool:
+    """A finite int or float, not a bool (an int too big for a float is refused)."""
+    if is_int(x):
+        return abs(x) <= sys.float_info.max
+    return isinstance(x, float) and math.isfinite(x)
+
+
+class ParamError(ValueError):
+    """A SamplingParams field that is not allowed: `.field` names it, `.allowed`
+    says what it takes and `.value` is what arrived (a server turns them into a
+    400 that names the field)."""
+
+    def __init__(self, field: str, value, allowed: str):
+        super().__init__(f"SamplingParams.{field} must be {allowed}, got {value!r}")
+        self.field, self.value, self.allowed = field, value, allowed
 
 
 @dataclass
 class SamplingParams:
     """How one request picks its tokens and when it stops. Invalid values raise
-    ValueError at once."""
+    ParamError (a ValueError) at once; validate(vocab_size) adds the checks that
+    need the vocabulary."""
 
     # 0 (or < GREEDY_TEMPERATURE) = greedy; higher = flatter
     temperature: float = 1.0
@@ -85,42 +105,61 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE
 
-    def validate(self) -> None:
-        """The one place a request's parameters are checked; the sampler
-        may then trust them."""
+    def validate(self, vocab_size: int | None = None) -> None:
+        """The one place a request's parameters are checked; the sampler may then
+        trust them. With vocab_size, token ids (logit_bias, stop_token_ids) must be
+        below it and top_k at most it. Raises ParamError naming the first bad field.
+
+        The ranges are OpenAI's where OpenAI has the field, vLLM's otherwise:
+        temperature in [0, 2] (OpenAI; vLLM has no cap), top_p in (0, 1], presence
+        and frequency penalties in [-2, 2], logit_bias values in [-100, 100] (OpenAI
+        refuses others; vLLM clamps to them, and we never change a request
+        silently), seed in [0, 2**64); top_k >= 0 (0 = off; an API maps vLLM's -1 to
+        0), min_p in [0, 1], repetition_penalty > 0, min_tokens <= max_tokens (vLLM).
+        Limits on how much one request may ask for (how many stop strings, choices,
+        bias entries) are a server's policy, not part of a value's meaning: they
+        stay with the server.
+        """
+        if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
+            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+        below = "" if vocab_size is None else f" < {vocab_size}"
+
         def ids(v):
             return isinstance(v, (list, tuple)) and all(
-                _is_int(t) and t >= 0 for t in v
+                is_int(t) and 0 <= t and (vocab_size is None or t < vocab_size)
+                for t in v
             )
 
+        def bias(v):
+            return isinstance(v, dict) and ids(list(v)) and all(
+                is_real(b) and abs(b) <= MAX_LOGIT_BIAS for b in v.values()
+            )
+
+        top_k = ("an int >= 0 (0 = off)" if vocab_size is None else
+                 f"an int in [0, {vocab_size}] (0 = off; at most the vocabulary)")
         rules = (  # field, test, what is allowed
-            ("temperature", lambda v: _is_real(v) and v >= 0,
-             "a finite number >= 0 (0 = greedy)"),
-            ("top_k", lambda v: _is_int(v) and v >= 0, "an int >= 0 (0 = off)"),
-            ("top_p", lambda v: _is_real(v) and 0 < v <= 1,
+            ("temperature", lambda v: is_real(v) and 0 <= v <= MAX_TEMPERATURE,
+             f"a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy)"),
+            ("top_k", lambda v: is_int(v) and 0 <= v and (vocab_size is None
+                                                          or v <= vocab_size),
+             top_k),
+            ("top_p", lambda v: is_real(v) and 0 < v <= 1,
              "a number in (0, 1] (1 = off)"),
-            ("min_p", lambda v: _is_real(v) and 0 <= v <= 1,
+            ("min_p", lambda v: is_real(v) and 0 <= v <= 1,
              "a number in [0, 1] (0 = off)"),
-            ("repetition_penalty", lambda v: _is_real(v) and v > 0,
+            ("repetition_penalty", lambda v: is_real(v) and v > 0,
              "a finite number > 0 (1 = off)"),
-            ("presence_penalty", lambda v: _is_real(v) and -2 <= v <= 2,
+            ("presence_penalty", lambda v: is_real(v) and -2 <= v <= 2,
              "a number in [-2, 2] (0 = off)"),
-            ("frequency_penalty", lambda v: _is_real(v) and -2 <= v <= 2,
+            ("frequency_penalty", lambda v: is_real(v) and -2 <= v <= 2,
              "a number in [-2, 2] (0 = off)"),
-            (
-                "logit_bias",
-                lambda v: (
-                    isinstance(v, dict)
-                    and ids(list(v))
-                    and all(map(_is_real, v.values()))
-                ),
-                "a dict {token id >= 0: finite bias} (ban a token "
-                "with a bias like -100)",
-            ),
-            ("seed", lambda v: v is None or (_is_int(v) and 0 <= v < 2**64),
+            ("logit_bias", bias,
+             f"a dict {{token id >= 0{below}: bias in [-100, 100]}} (ban a token "
+             "with -100)"),
+            ("seed", lambda v: v is None or (is_int(v) and 0 <= v < 2**64),
              "None or an int in [0, 2**64)"),
-            ("max_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-            ("min_tokens", lambda v: _is_int(v) and 0 <= v <= self.max_tokens,
+            ("max_tokens", lambda v: is_int(v) and v >= 1, "an int >= 1"),
+            ("min_tokens", lambda v: is_int(v) and 0 <= v <= self.max_tokens,
              f"an int in [0, max_tokens={self.max_tokens}]"),
             (
                 "stop",
@@ -130,14 +169,13 @@ class SamplingParams:
                 ),
                 "a list of non-empty strings",
             ),
-            ("stop_token_ids", ids, "a list of token ids (ints >= 0)"),
+            ("stop_token_ids", ids, f"a list of token ids (ints >= 0{below})"),
             ("include_stop_str_in_output", lambda v: isinstance(v, bool),
              "True or False"),
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):
-                raise ValueError(f"SamplingParams.{name} must be {allowed}, got "
-                                 f"{getattr(self, name)!r}")
+                raise ParamError(name, getattr(self, name), allowed)
 
 
 # %% chapters/07_sampling.ipynb § Sampling parameters: one validation gate
@@ -155,7 +193,7 @@ def check_prompt_length(n_prompt_tokens: int, max_tokens: int, context_window: i
     for name, value, low in (("n_prompt_tokens", n_prompt_tokens, 1),
                              ("max_tokens", max_tokens, 1),
                              ("context_window", context_window, 2)):
-        if not _is_int(value) or value < low:
+        if not is_int(value) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     room = context_window - max_tokens  # positions left for the prompt
     if n_prompt_tokens <= room:
@@ -362,7 +400,7 @@ class PenaltyState:
 
     def __init__(self, prompt_ids: Sequence[int], vocab_size: int, device,
                  params: SamplingParams, output_ids: Sequence[int] = ()):
-        if not _is_int(vocab_size) or vocab_size < 1:
+        if not is_int(vocab_size) or vocab_size < 1:
             raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
         self.vocab_size = vocab_size
         self.seen: torch.Tensor | None = None
@@ -375,7 +413,7 @@ class PenaltyState:
 
     def add(self, token: int) -> None:
         """The request emitted `token` (an int): one indexed write per tensor held."""
-        if not _is_int(token) or not 0 <= token < self.vocab_size:
+        if not is_int(token) or not 0 <= token < self.vocab_size:
             raise ValueError(f"token must be an int in [0, {self.vocab_size}), "
                              f"got {token!r}")
         if self.seen is not None:
@@ -602,7 +640,8 @@ def sample(
     )
 
 
-__all__ = ['GREEDY_TEMPERATURE', 'SamplingParams', 'check_prompt_length',
+__all__ = ['GREEDY_TEMPERATURE', 'MAX_TEMPERATURE', 'MAX_LOGIT_BIAS', 'is_int',
+           'is_real', 'ParamError', 'SamplingParams', 'check_prompt_length',
            'LogitsProcessor', 'RepetitionPenalty', 'PresenceFrequencyPenalty',
            'LogitBias', 'Temperature', 'entropy', 'TopK', 'TopP', 'MinP',
            'make_generator', 'token_counts', 'PenaltyState', 'Sampler', 'sample']
