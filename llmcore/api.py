@@ -4,24 +4,30 @@
 
 # %% chapters/10_server.ipynb § The OpenAI API as data
 """The OpenAI API as data: a request body in, prompts and SamplingParams out; response
-objects and errors back. No HTTP here (that is llmcore.server): every rule a request
-must pass lives in this module, and each refusal is an APIError whose message names
-the field and says what to change.
+objects and errors back. No HTTP here (that is llmcore.server). Each refusal is an
+APIError whose message names the field and says what to change.
+
+One gate: what a sampling value may be (temperature in [0, 2], top_k at most the
+vocabulary, ...) is SamplingParams' rule (chapter 7); this module maps JSON fields onto
+it and turns its ParamError into a 400 whose `param` is the field. What lives here is
+what only an API knows: JSON's shapes (a stop string or a list; logit_bias keys as
+strings; vLLM's top_k -1 = off), the prompt fitting the context, and Limits, how much
+one request may ask for (stop strings, choices, bias entries, prompts).
 
 `null` means "the default" for every field, as in OpenAI's API. Besides OpenAI's
 parameters, the extras that vLLM accepts are read too: top_k (-1 or 0 = off), min_p,
-repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output.
+repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output; and vLLM's
+/tokenize and /detokenize bodies (parse_tokenize, parse_detokenize).
 """
 from __future__ import annotations
 
 import difflib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmcore.request import TokenLogprob
-from llmcore.sampling import SamplingParams
+from llmcore.sampling import ParamError, SamplingParams, is_int, is_real
 from llmcore.tokenizer import Tokenizer
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
@@ -111,17 +117,8 @@ def _depth(value: Any) -> int:
 
 
 # %% chapters/10_server.ipynb § The OpenAI API as data
-# Field checks: each returns the value or raises a 400 that names the field.
-def _is_int(v) -> bool:
-    return type(v) is int
-
-
-def _is_num(v) -> bool:
-    if type(v) is int:  # JSON allows any length; a float, and torch, do not
-        return abs(v) < 2**1023
-    return type(v) is float and math.isfinite(v)
-
-
+# Field checks: each returns the value or raises a 400 that names the field. What a
+# number may be is SamplingParams' rule; is_int and is_real are chapter 7's.
 def _show(v) -> str:
     text = json.dumps(v)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -136,9 +133,10 @@ class _Fields:
                "audio", "modalities", "prediction", "web_search_options",
                "parallel_tool_calls", "reasoning_effort"}  # not implemented here
 
-    def __init__(self, body: Any, known: set[str], required: str):
+    def __init__(self, body: Any, known: set[str], *required: str):
+        names = " or ".join(map(repr, required))  # at least one must be given
         if not isinstance(body, dict):
-            raise APIError(400, f"the body must be a JSON object with {required!r}")
+            raise APIError(400, f"the body must be a JSON object with {names}")
         refused = sorted(k for k in body if k in self.REFUSED
                          and body[k] not in (None, "", [], False))
         if refused:
@@ -150,9 +148,14 @@ class _Fields:
             hint = f"did you mean {close[0]!r}?" if close else "remove it"
             raise APIError(400, f"unrecognized request argument {unknown[0]!r}; "
                                 + hint, param=unknown[0])
-        if body.get(required) is None:
-            raise APIError(400, f"{required!r} is required", param=required)
+        if all(body.get(name) is None for name in required):
+            raise APIError(400, f"{names} is required", param=required[0])
         self.body = body
+
+    def value(self, name: str, default=None):
+        """The value as sent, unchecked (SamplingParams checks it), or default."""
+        value = self.body.get(name)
+        return default if value is None else value
 
     def get(self, name: str, ok, allowed: str, default=None):
         value = self.body.get(name)
@@ -170,36 +173,33 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
            "min_tokens", "stop_token_ids", "include_stop_str_in_output"}
 
 
-def _sampling(f: _Fields, served: ServedModel, max_tokens: int, n_prompt: int
+_API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams lacks
+
+
+def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt: int,
+              max_tokens_name: str = "max_tokens"
               ) -> tuple[SamplingParams, int, bool, bool, bool]:
-    """(params, n, stream, include_usage, json_only): the fields of both endpoints."""
+    """(params, n, stream, include_usage, json_only): the fields of both endpoints.
+    Values go to SamplingParams as sent (null: its default); its ParamError becomes
+    a 400 naming the field as the request spelled it."""
     lim, vocab = served.limits, served.vocab_size
     stop = f.get("stop", lambda v: isinstance(v, (str, list)),
                  "a string or a list of strings", [])
     stop = [stop] if isinstance(stop, str) else stop
-    if len(stop) > lim.max_stop or not all(
-            isinstance(s, str) and 0 < len(s) <= lim.max_stop_chars for s in stop):
-        raise APIError(400, f"'stop' takes at most {lim.max_stop} non-empty strings of "
-                            f"at most {lim.max_stop_chars} characters", param="stop")
+    if len(stop) > lim.max_stop or any(isinstance(s, str) and len(s) >
+                                       lim.max_stop_chars for s in stop):
+        raise APIError(400, f"'stop' takes at most {lim.max_stop} strings of at most "
+                            f"{lim.max_stop_chars} characters", param="stop")
     bias = f.get("logit_bias", lambda v: isinstance(v, dict),
                  "an object {token id: bias}", {})
     if len(bias) > lim.max_logit_bias:
         raise APIError(400, f"'logit_bias' has {len(bias)} entries; at most "
                             f"{lim.max_logit_bias} are allowed", param="logit_bias")
-    try:
+    try:  # JSON keys are strings: "5" is token 5
         bias = {int(k): v for k, v in bias.items()}
     except ValueError:
         raise APIError(400, "'logit_bias' keys must be token ids (integers as "
                             "strings)", param="logit_bias") from None
-    if not all(0 <= k < vocab and _is_num(v) and -100 <= v <= 100
-               for k, v in bias.items()):
-        raise APIError(400, f"'logit_bias' maps token ids in [0, {vocab}) to numbers "
-                            "in [-100, 100]", param="logit_bias")
-    top_k = f.get("top_k", lambda v: _is_int(v) and (v == -1 or 0 <= v <= vocab),
-                  f"-1 or 0 (off), or an int in [1, {vocab}] (the vocabulary size)", 0)
-    stop_ids = f.get("stop_token_ids", lambda v: isinstance(v, list) and all(
-        _is_int(t) and 0 <= t < vocab for t in v),
-        f"a list of token ids in [0, {vocab})", [])
     fmt = f.get("response_format", lambda v: isinstance(v, dict) and v.get("type")
                 in ("text", "json_object", "json_schema"),
                 '{"type": "text"} or {"type": "json_object"}', {"type": "text"})
@@ -222,36 +222,31 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int, n_prompt: int
     if max_tokens is None:  # chat's default: whatever fits
         max_tokens = room
     elif n_prompt + max_tokens > served.context:
-        raise APIError(400, f"the prompt ({n_prompt} tokens) + max_tokens "
+        raise APIError(400, f"the prompt ({n_prompt} tokens) + {max_tokens_name} "
                             f"({max_tokens}) exceed the model's context of "
-                            f"{served.context} tokens; lower max_tokens to at most "
-                            f"{room} or shorten the prompt", param="max_tokens")
-    values = dict(
-        temperature=f.get("temperature", lambda v: _is_num(v) and 0 <= v <= 2,
-                          "a number in [0, 2]", 1.0),
-        top_p=f.get("top_p", lambda v: _is_num(v) and 0 < v <= 1,
-                    "a number in (0, 1]", 1.0),
-        top_k=max(top_k, 0), min_p=f.get("min_p", lambda v: _is_num(v) and 0 <= v <= 1,
-                                         "a number in [0, 1]", 0.0),
-        repetition_penalty=f.get("repetition_penalty", lambda v: _is_num(v) and v > 0,
-                                 "a number > 0 (1 = off)", 1.0),
-        presence_penalty=f.get("presence_penalty", lambda v: _is_num(v) and
-                               -2 <= v <= 2, "a number in [-2, 2]", 0.0),
-        frequency_penalty=f.get("frequency_penalty", lambda v: _is_num(v) and
-                                -2 <= v <= 2, "a number in [-2, 2]", 0.0),
-        logit_bias=bias, max_tokens=max_tokens,
-        seed=f.get("seed", lambda v: _is_int(v) and 0 <= v < 2**64,
-                   "an int in [0, 2**64)"),
-        min_tokens=f.get("min_tokens", lambda v: _is_int(v) and 0 <= v <= max_tokens,
-                         f"an int in [0, max_tokens={max_tokens}]", 0),
-        stop=stop, stop_token_ids=stop_ids,
-        include_stop_str_in_output=f.get("include_stop_str_in_output",
-                                         lambda v: isinstance(v, bool),
-                                         "true or false", False))
-    n = f.get("n", lambda v: _is_int(v) and 1 <= v <= lim.max_n,
+                            f"{served.context} tokens; lower {max_tokens_name} to at "
+                            f"most {room} or shorten the prompt", param=max_tokens_name)
+    top_k = f.value("top_k", 0)
+    defaults = SamplingParams()
+    values = {name: f.value(name, getattr(defaults, name))
+              for name in ("temperature", "top_p", "min_p", "repetition_penalty",
+                           "presence_penalty", "frequency_penalty", "seed",
+                           "min_tokens", "stop_token_ids",
+                           "include_stop_str_in_output")}
+    n = f.get("n", lambda v: is_int(v) and 1 <= v <= lim.max_n,
               f"an int in [1, {lim.max_n}]", 1)
-    return (SamplingParams(**values), n, stream,
-            options.get("include_usage", False), fmt["type"] == "json_object")
+    try:
+        params = SamplingParams(**values, top_k=0 if top_k == -1 else top_k,
+                                logit_bias=bias, max_tokens=max_tokens, stop=stop)
+        params.validate(vocab_size=vocab)
+    except ParamError as err:
+        name = max_tokens_name if err.field == "max_tokens" else err.field
+        raise APIError(400, f"{name!r} must be {err.allowed}"
+                            f"{_API_SPELLING.get(name, '')}, got "
+                            f"{_show(f.body.get(name, err.value))}", param=name
+                       ) from None
+    return (params, n, stream, options.get("include_usage", False),
+            fmt["type"] == "json_object")
 
 
 def _check_model(f: _Fields, served: ServedModel) -> None:
@@ -263,11 +258,12 @@ def _check_model(f: _Fields, served: ServedModel) -> None:
 
 
 # %% chapters/10_server.ipynb § The OpenAI API as data
-def _max_tokens(f: _Fields, default, *names) -> int | None:
-    values = [f.get(name, lambda v: _is_int(v) and v >= 1, "an int >= 1")
-              for name in names]
-    values = [v for v in values if v is not None]
-    return values[0] if values else default
+def _max_tokens(f: _Fields, default, *names) -> tuple[int | None, str]:
+    """(the value, the field that gave it): an int, or a 400; its range is
+    SamplingParams' (>= 1), the context's is _sampling's."""
+    values = [(f.get(name, is_int, "an int >= 1"), name) for name in names]
+    values = [(v, name) for v, name in values if v is not None]
+    return values[0] if values else (default, names[0])
 
 
 def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
@@ -276,7 +272,7 @@ def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
     bad = APIError(400, "'prompt' must be a string, a list of token ids, or a list of "
                         "strings or of token-id lists", param="prompt")
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt
-                                   and all(_is_int(t) for t in prompt)):
+                                   and all(is_int(t) for t in prompt)):
         prompt = [prompt]
     if not isinstance(prompt, list) or not prompt:
         raise bad
@@ -288,7 +284,7 @@ def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
         if isinstance(p, str):
             ids.append(tok.encode(p, allowed_special="all"))
             texts.append(p)
-        elif isinstance(p, list) and all(_is_int(t) for t in p):
+        elif isinstance(p, list) and all(is_int(t) for t in p):
             if not all(0 <= t < vocab for t in p):
                 raise APIError(400, f"token ids in 'prompt' must be in [0, {vocab})",
                                param="prompt")
@@ -307,28 +303,23 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
     f = _Fields(body, _COMMON | {"prompt", "echo", "logprobs", "best_of"}, "prompt")
     _check_model(f, served)
     ids, texts = _prompts(body["prompt"], served)
-    max_tokens = _max_tokens(f, 16, "max_tokens")
+    max_tokens, name = _max_tokens(f, 16, "max_tokens")
     params, n, stream, usage, json_only = _sampling(f, served, max_tokens,
-                                                    max(map(len, ids)))
-    best_of = f.get("best_of", _is_int, "an int", n)
+                                                    max(map(len, ids)), name)
+    best_of = f.get("best_of", is_int, "an int", n)
     if best_of != n:
         raise APIError(400, "'best_of' other than n is not supported; remove it",
                        param="best_of")
     lim = served.limits
-    logprobs = f.get("logprobs", lambda v: _is_int(v) and 0 <= v <= lim.max_logprobs,
+    logprobs = f.get("logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
                      f"an int in [0, {lim.max_logprobs}]")
     echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
     return ParsedRequest("text_completion", ids, texts, params, n, stream, usage,
                          logprobs, echo, json_only)
 
 
-def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
-    """POST /v1/chat/completions: the messages become one prompt through the model's
-    chat template."""
-    f = _Fields(body, _COMMON | {"messages", "max_completion_tokens", "logprobs",
-                                 "top_logprobs", "add_generation_prompt",
-                                 "chat_template_kwargs"}, "messages")
-    _check_model(f, served)
+def _chat_text(f: _Fields, served: ServedModel) -> str:
+    """The messages as one prompt, through the model's chat template."""
     lim = served.limits
     messages = f.get("messages", lambda v: isinstance(v, list) and 0 < len(v) <=
                      lim.max_messages, f"a list of 1 to {lim.max_messages} messages")
@@ -340,22 +331,77 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     generation_prompt = f.get("add_generation_prompt", lambda v: isinstance(v, bool),
                               "true or false", True)
     try:
-        text = served.chat_template.render(messages,
+        return served.chat_template.render(messages,
                                            add_generation_prompt=generation_prompt,
                                            **kwargs)
     except (ValueError, TypeError) as err:
         raise APIError(400, f"'messages': {err}", param="messages") from None
+
+
+def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
+    """POST /v1/chat/completions: the messages become one prompt through the model's
+    chat template."""
+    f = _Fields(body, _COMMON | {"messages", "max_completion_tokens", "logprobs",
+                                 "top_logprobs", "add_generation_prompt",
+                                 "chat_template_kwargs"}, "messages")
+    _check_model(f, served)
+    lim = served.limits
+    text = _chat_text(f, served)
     ids = served.tokenizer.encode(text, allowed_special="all")
-    max_tokens = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
-    params, n, stream, usage, json_only = _sampling(f, served, max_tokens, len(ids))
+    max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
+    params, n, stream, usage, json_only = _sampling(f, served, max_tokens, len(ids),
+                                                    name)
     want = f.get("logprobs", lambda v: isinstance(v, bool), "true or false", False)
-    top = f.get("top_logprobs", lambda v: _is_int(v) and 0 <= v <= lim.max_logprobs,
+    top = f.get("top_logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
                 f"an int in [0, {lim.max_logprobs}]")
     if top is not None and not want:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true",
                        param="top_logprobs")
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
                          (top or 0) if want else None, False, json_only)
+
+
+def tokenize_reply(body: Any, served: ServedModel) -> dict:
+    """POST /tokenize, as vLLM serves it: {"model", "prompt"} (a string) or {"model",
+    "messages"} (through the chat template, add_generation_prompt as for chat) ->
+    {"count", "max_model_len", "tokens", "token_strs"}: the ids the completions or
+    chat endpoint would run for the same body. add_special_tokens is accepted and
+    changes nothing: llmcore's tokenizers add no special tokens to a prompt (a chat
+    template writes its own), and the completions endpoint adds none either.
+    return_token_strs: each token's text, decoded alone."""
+    f = _Fields(body, {"model", "prompt", "messages", "add_special_tokens",
+                       "add_generation_prompt", "chat_template_kwargs",
+                       "return_token_strs"}, "prompt", "messages")
+    _check_model(f, served)
+    flag = (lambda v: isinstance(v, bool)), "true or false"
+    f.get("add_special_tokens", *flag)
+    strs = f.get("return_token_strs", *flag, False)
+    if f.value("prompt") is not None:
+        if f.value("messages") is not None:
+            raise APIError(400, "send 'prompt' or 'messages', not both",
+                           param="messages")
+        if any(f.value(k) is not None for k in ("add_generation_prompt",
+                                                "chat_template_kwargs")):
+            raise APIError(400, "'add_generation_prompt' and 'chat_template_kwargs' "
+                                "go with 'messages'; remove them", param="prompt")
+        text = f.get("prompt", lambda v: isinstance(v, str), "a string")
+    else:
+        text = _chat_text(f, served)
+    tok = served.tokenizer
+    ids = tok.encode(text, allowed_special="all")
+    return {"count": len(ids), "max_model_len": served.context, "tokens": ids,
+            "token_strs": [tok.decode([i]) for i in ids] if strs else None}
+
+
+def detokenize_reply(body: Any, served: ServedModel) -> dict:
+    """POST /detokenize, as vLLM serves it: {"model", "tokens"} -> {"prompt"}."""
+    f = _Fields(body, {"model", "tokens"}, "tokens")
+    _check_model(f, served)
+    vocab = served.vocab_size
+    tokens = f.get("tokens", lambda v: isinstance(v, list) and all(
+        is_int(t) and 0 <= t < vocab for t in v),
+        f"a list of token ids in [0, {vocab})")
+    return {"prompt": served.tokenizer.decode(tokens)}
 
 
 # %% chapters/10_server.ipynb § The OpenAI API as data
@@ -399,5 +445,5 @@ def chat_logprobs(tokenizer: Tokenizer, logprobs: list) -> dict:
 
 
 __all__ = ['APIError', 'Limits', 'ServedModel', 'ParsedRequest', 'parse_json',
-           'parse_completion', 'parse_chat', 'with_chosen', 'completion_logprobs',
-           'chat_logprobs']
+           'parse_completion', 'parse_chat', 'tokenize_reply', 'detokenize_reply',
+           'with_chosen', 'completion_logprobs', 'chat_logprobs']

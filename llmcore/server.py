@@ -31,6 +31,7 @@ import tracemalloc
 import uuid
 from dataclasses import dataclass, replace
 
+import h11
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi import Request as HTTPRequest
@@ -43,7 +44,8 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
-                         completion_logprobs, parse_chat, parse_completion, parse_json)
+                         completion_logprobs, detokenize_reply, parse_chat,
+                         parse_completion, parse_json, tokenize_reply)
 from llmcore.constrained import JsonConstraint
 from llmcore.engine import Engine
 from llmcore.request import Completion, Request
@@ -264,10 +266,22 @@ class Metrics:
 
 # %% chapters/10_server.ipynb § The HTTP side
 class _HTTPProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers: a
-    connection that has not sent a whole request head within read_timeout seconds of
-    opening (or of its last response) is closed. uvicorn alone waits forever, so
-    silent or slow connections would pile up."""
+    """uvicorn's HTTP/1.1 protocol, changed where no public hook reaches:
+
+    - a deadline for each request's head: a connection that has not sent a whole
+      request head within read_timeout seconds of opening (or of its last response)
+      is closed. uvicorn alone waits forever (its timeout_keep_alive runs only after a
+      response), so silent or slow connections would pile up;
+    - the 400 for a request h11 cannot parse (a Content-Length that is not a
+      non-negative number, a broken request line or header) leaves in OpenAI's error
+      shape, not as uvicorn's plain text: h11 refuses such a request before the
+      application sees it, so no exception handler of the app can.
+
+    This class is the whole seam with uvicorn's internals (uvicorn.Config(http=...)
+    takes it; the server names it nowhere else). It relies on H11Protocol's hooks
+    connection_made, on_response_complete and send_400_response and its attributes
+    loop, cycle, conn and transport; tests/test_server.py checks that they exist and
+    that both changes work, so an upgrade that moves them fails there first."""
     read_timeout = 10.0
 
     def connection_made(self, transport) -> None:
@@ -284,6 +298,17 @@ class _HTTPProtocol(H11Protocol):
     def _close_if_idle(self, cycle) -> None:
         if self.cycle is cycle and not self.transport.is_closing():
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps(APIError(400, "the request is not valid HTTP/1.1: check "
+                                        "the request line, the headers and "
+                                        "Content-Length (a number of bytes)").body())
+        head = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                (b"content-length", str(len(body)).encode())]
+        for event in (h11.Response(status_code=400, headers=head),
+                      h11.Data(data=body.encode()), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
 
 class OpenAIServer:
@@ -382,7 +407,7 @@ class OpenAIServer:
         """The JSON body: 413 over the size limit (Content-Length checked before
         reading), 408 if it does not arrive within read_timeout seconds."""
         limit = self.served.limits.max_body_bytes
-        length = request.headers.get("content-length")
+        length = request.headers.get("content-length")  # h11 checked its syntax
         if length is not None and (not length.isdigit() or int(length) > limit):
             raise APIError(413, f"the body is larger than {limit} bytes")
         data = bytearray()
@@ -650,7 +675,8 @@ def build_app(server: OpenAIServer):
         if err.status_code == 404:
             return error(APIError(404, f"no route {request.url.path}; see "
                                        "GET /v1/models, POST /v1/completions, POST "
-                                       "/v1/chat/completions", code="not_found"))
+                                       "/v1/chat/completions, POST /tokenize, POST "
+                                       "/detokenize", code="not_found"))
         return error(APIError(err.status_code, str(err.detail)))
 
     @app.exception_handler(RequestValidationError)
@@ -702,6 +728,23 @@ def build_app(server: OpenAIServer):
         return await respond(request, parse_chat)
 
     app.include_router(v1)
+
+    # vLLM's tokenizer endpoints, at its paths (outside /v1), where clients such as
+    # lm-evaluation-harness look for them. Unlike vLLM's, they need the API key too:
+    # tokenizing a megabyte is work that a stranger should not order.
+    tokenizer = APIRouter(dependencies=[Depends(authorize)])
+
+    @tokenizer.post("/tokenize")
+    async def tokenize(request: HTTPRequest):
+        body = await server.read_body(request)  # a long prompt: off the event loop
+        return await asyncio.to_thread(tokenize_reply, body, server.served)
+
+    @tokenizer.post("/detokenize")
+    async def detokenize(request: HTTPRequest):
+        body = await server.read_body(request)
+        return await asyncio.to_thread(detokenize_reply, body, server.served)
+
+    app.include_router(tokenizer)
 
     @app.get("/health")
     async def health():

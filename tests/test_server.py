@@ -243,6 +243,53 @@ def test_models_lists_and_describes_the_served_model(client, raw):
     assert error["code"] == "model_not_found" and "'gpt-4o'" in error["message"]
 
 
+def test_tokenize_gives_the_ids_the_completions_endpoint_runs(raw, client, tiny):
+    """vLLM's POST /tokenize with a prompt: {"count", "max_model_len", "tokens"}, the
+    ids whose count the completions endpoint reports as prompt_tokens."""
+    prompt = "def add(a, b):\n    return a + b  # é, 日本\n"
+    reply = raw.post("/tokenize", json={"model": MODEL, "prompt": prompt})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert set(body) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert body["tokens"] == tiny[1].encode(prompt)
+    assert body["count"] == len(body["tokens"]) and body["max_model_len"] == 1024
+    assert body["token_strs"] is None
+    usage = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1).usage
+    assert usage.prompt_tokens == body["count"]
+    same = raw.post("/tokenize", json={"prompt": prompt, "add_special_tokens": False,
+                                       "model": None}).json()
+    assert same == body  # no special tokens are added here either way; null = default
+    strs = raw.post("/tokenize", json={"prompt": "import os",
+                                       "return_token_strs": True})
+    assert "".join(strs.json()["token_strs"]) == "import os"
+
+
+def test_tokenize_messages_gives_the_chat_prompt(raw, client, tiny, template):
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "hi"}]
+    body = raw.post("/tokenize", json={"model": MODEL, "messages": messages}).json()
+    want = template.render(messages, add_generation_prompt=True)
+    assert body["tokens"] == tiny[1].encode(want, allowed_special="all")
+    usage = client.chat.completions.create(model=MODEL, messages=messages,
+                                           max_completion_tokens=1).usage
+    assert usage.prompt_tokens == body["count"]
+    bare = raw.post("/tokenize", json={"messages": messages,
+                                       "add_generation_prompt": False}).json()
+    assert bare["tokens"] == tiny[1].encode(template.render(messages),
+                                            allowed_special="all")
+    assert bare["count"] < body["count"]
+
+
+def test_detokenize_inverts_tokenize(raw, tiny):
+    text = "class Stack:\n    def push(self, x):  # ü\n"
+    tokens = raw.post("/tokenize", json={"prompt": text}).json()["tokens"]
+    reply = raw.post("/detokenize", json={"model": MODEL, "tokens": tokens})
+    assert reply.status_code == 200 and reply.json() == {"prompt": text}
+    assert raw.post("/detokenize", json={"tokens": []}).json() == {"prompt": ""}
+    assert raw.post("/detokenize", json={"tokens": [4095]}).json() == {
+        "prompt": tiny[1].decode([4095])}
+
+
 def test_health_answers_without_a_key(url):
     response = httpx.get(url + "/health", timeout=TIMEOUT)
     assert response.status_code == 200 and response.json() == {"status": "ok"}
@@ -674,6 +721,14 @@ def without(call: Call, field: str) -> Call:
     return Call(call.path, {k: v for k, v in call.body.items() if k != field})
 
 
+def tokenize(**body) -> Call:
+    return Call("/tokenize", body={"model": MODEL, **body})
+
+
+def detokenize(**body) -> Call:
+    return Call("/detokenize", body={"model": MODEL, **body})
+
+
 LONG_PROMPT = [11] * 1000  # token ids; the context is 1024 positions
 
 # (name, request, expected status, what the message must say); each a distinct class.
@@ -741,6 +796,22 @@ BAD_INPUTS = [
     ("top_logprobs -1", chat(logprobs=True, top_logprobs=-1), 400, "'top_logprobs'"),
     ("logit_bias value -100.5", completion(logit_bias={"5": -100.5}), 400,
      "[-100, 100]"),
+    ("logit_bias value 100.0001", completion(logit_bias={"5": 100.0001}), 400,
+     "[-100, 100]"),
+    ("min_p just above 1", completion(min_p=1.0001), 400, "'min_p'"),
+    ("min_tokens one past max_tokens", completion(min_tokens=5, max_tokens=4), 400,
+     "'min_tokens' must be an int in [0, max_tokens=4]"),
+    ("max_tokens one past the context", completion(prompt=LONG_PROMPT, max_tokens=25),
+     400, ("1000 tokens", "(25)", "at most 24")),
+    ("max_completion_tokens one past the context", chat(max_completion_tokens=999),
+     400, ("(26 tokens)", "max_completion_tokens (999)", "at most 998")),
+    ("top_k one past the vocabulary, chat", chat(top_k=4097), 400, "'top_k'"),
+    ("stop_token_ids one past the vocabulary, chat", chat(stop_token_ids=[4096]), 400,
+     "'stop_token_ids'"),
+    ("logit_bias id one past the vocabulary, chat", chat(logit_bias={"4096": 1}), 400,
+     "'logit_bias'"),
+    ("max_completion_tokens 0 names that field", chat(max_completion_tokens=0), 400,
+     "'max_completion_tokens' must be an int >= 1"),
     ("logit_bias id -1", completion(logit_bias={"-1": 1}), 400, "'logit_bias'"),
     ("stop_token_ids -1", completion(stop_token_ids=[-1]), 400, "'stop_token_ids'"),
     ("n 0", completion(n=0), 400, "'n' must be an int in [1, 16]"),
@@ -782,6 +853,43 @@ BAD_INPUTS = [
      "'logit_bias'"),
     ("stop_token_ids beyond the vocabulary", completion(stop_token_ids=[4096]), 400,
      "'stop_token_ids'"),
+    # vLLM's /tokenize and /detokenize
+    ("tokenize prompt is a number", tokenize(prompt=5), 400,
+     "'prompt' must be a string"),
+    ("tokenize prompt is token ids", tokenize(prompt=[1, 2]), 400,
+     "'prompt' must be a string"),
+    ("tokenize neither prompt nor messages", tokenize(), 400,
+     "'prompt' or 'messages' is required"),
+    ("tokenize both prompt and messages",
+     tokenize(prompt="a", messages=[{"role": "user", "content": "a"}]), 400,
+     "not both"),
+    ("tokenize messages is a string", tokenize(messages="hi"), 400, "'messages'"),
+    ("tokenize message without content", tokenize(messages=[{"role": "user"}]), 400,
+     "messages[0].content"),
+    ("tokenize add_special_tokens is a string",
+     tokenize(prompt="a", add_special_tokens="yes"), 400, "'add_special_tokens'"),
+    ("tokenize return_token_strs is an int", tokenize(prompt="a", return_token_strs=1),
+     400, "'return_token_strs'"),
+    ("tokenize add_generation_prompt with a prompt",
+     tokenize(prompt="a", add_generation_prompt=True), 400, "go with 'messages'"),
+    ("tokenize unknown field", tokenize(prompt="a", add_special_token=True), 400,
+     "did you mean 'add_special_tokens'"),
+    ("tokenize unknown model", tokenize(prompt="a", model="gpt-4o"), 404,
+     "does not exist"),
+    ("tokenize without API key", Call("/tokenize", {"prompt": "a"}, key=None), 401,
+     "API key"),
+    ("GET on tokenize", Call("/tokenize", method="GET"), 405, "use POST"),
+    ("tokenize invalid JSON", Call("/tokenize", content=b'{"prompt": '), 400,
+     "not valid JSON"),
+    ("detokenize token one past the vocabulary", detokenize(tokens=[1, 4096]), 400,
+     "'tokens' must be a list of token ids in [0, 4096)"),
+    ("detokenize negative token", detokenize(tokens=[-1]), 400, "'tokens'"),
+    ("detokenize tokens is a string", detokenize(tokens="abc"), 400, "'tokens'"),
+    ("detokenize token is a float", detokenize(tokens=[1.0]), 400, "'tokens'"),
+    ("detokenize token is a bool", detokenize(tokens=[True]), 400, "'tokens'"),
+    ("detokenize without tokens", detokenize(), 400, "'tokens' is required"),
+    ("detokenize a prompt instead", detokenize(prompt="a"), 400,
+     "unrecognized request argument 'prompt'"),
     # fields this server does not know or does not do
     ("unknown field", completion(max_token=5), 400,
      ("'max_token'", "did you mean 'max_tokens'")),
@@ -862,7 +970,8 @@ def test_bad_input_is_refused(url, name, call, status, says):
         assert response.headers["allow"] == "POST"
     if status == 401:
         assert error["code"] == "invalid_api_key"
-    if call.body is not None and call.key is not None:  # the same through the client
+    if call.body is not None and call.key is not None and call.path.startswith("/v1"):
+        # the same through the client (which has no method for /tokenize)
         client = _client(url, api_key=call.key)
         with pytest.raises(_CLIENT_ERRORS[status]) as caught:
             client.post(call.path.removeprefix("/v1"), body=call.body, cast_to=object)
@@ -870,17 +979,42 @@ def test_bad_input_is_refused(url, name, call, status, says):
         assert caught.value.body == error
 
 
-@pytest.mark.parametrize("field, value", [
-    ("top_k", 4096), ("top_k", -1), ("top_k", 0), ("temperature", 2), ("temperature", 0),
+BOUNDS_ACCEPTED = [
+    ("top_k", 4096), ("top_k", -1), ("top_k", 0), ("temperature", 2),
+    ("temperature", 0),
     ("top_p", 1), ("min_p", 1), ("min_p", 0), ("presence_penalty", -2),
     ("presence_penalty", 2), ("frequency_penalty", -2), ("frequency_penalty", 2),
     ("logprobs", 20), ("logprobs", 0), ("n", 16), ("seed", 2**64 - 1), ("seed", 0),
-    ("logit_bias", {"4095": 100, "0": -100}), ("stop_token_ids", [0, 4095]),
-    ("min_tokens", 4)])
+    ("logit_bias", {"4095": 100, "0": -100}), ("logit_bias", {"5": 100.0}),
+    ("logit_bias", {str(i): -1 for i in range(1024)}), ("stop_token_ids", [0, 4095]),
+    ("min_tokens", 4), ("stop", [f"s{i}" for i in range(16)]), ("stop", ["x" * 256]),
+    ("prompt", ["a"] * 64)]
+
+
+@pytest.mark.parametrize("field, value", BOUNDS_ACCEPTED,
+                         ids=[f"{f}={str(v)[:20]}" for f, v in BOUNDS_ACCEPTED])
 def test_each_bound_itself_is_accepted(url, field, value):
     # the other side of the boundary cases above: the last allowed value passes
-    response = _send(url, completion(**{field: value, "max_tokens": 4}))
+    max_tokens = 1 if field == "prompt" else 4
+    response = _send(url, completion(**{field: value, "max_tokens": max_tokens}))
     assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("call", [
+    completion(prompt=LONG_PROMPT, max_tokens=24),  # prompt + max_tokens = context
+    chat(logprobs=True, top_logprobs=20), chat(top_k=4096)],
+    ids=["max_tokens fills the context", "top_logprobs 20", "chat top_k 4096"])
+def test_each_bound_itself_is_accepted_beyond_sampling(url, call):
+    response = _send(url, call)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("call, param", [
+    (completion(prompt=LONG_PROMPT, max_tokens=25), "max_tokens"),
+    (chat(max_completion_tokens=999), "max_completion_tokens"),
+    (chat(max_tokens=999, max_completion_tokens=None), "max_tokens")])
+def test_a_prompt_that_leaves_no_room_names_the_field_sent(url, call, param):
+    assert _check_error_shape(_send(url, call), 400)["param"] == param
 
 
 def test_bad_input_classes_are_many_and_distinct():
@@ -904,6 +1038,38 @@ def test_content_length_is_checked_before_the_body_is_read(url):
              "Content-Type: application/json\nContent-Length: 2000000\n",
         b'{"prompt":', wait=30)
     assert status == 413 and "larger than" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1e3", "12 34", ""])
+def test_a_malformed_content_length_gets_openais_error_shape(url, length):
+    """h11 refuses the request before the app sees it; the protocol's 400 is JSON in
+    OpenAI's shape (not uvicorn's plain text), and the connection is closed."""
+    head = (f"POST /v1/completions HTTP/1.1\nHost: x\nAuthorization: Bearer {KEY}\n"
+            f"Content-Type: application/json\nContent-Length: {length}\n")
+    status, headers, body = _raw_http(url, head, b'{"prompt": "a"}')
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and "Content-Length" in error[
+        "message"]
+    assert httpx.get(url + "/health", timeout=TIMEOUT).status_code == 200
+
+
+def test_the_uvicorn_seam_is_where_the_server_expects_it():
+    """_HTTPProtocol changes uvicorn's private H11Protocol (no public hook sets a
+    deadline for a request head or the body of h11's 400): the names it relies on."""
+    import inspect
+
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    for hook, params in (("connection_made", ["self", "transport"]),
+                         ("on_response_complete", ["self"]),
+                         ("send_400_response", ["self", "msg"])):
+        assert list(inspect.signature(getattr(H11Protocol, hook)).parameters) == params
+    source = inspect.getsource(H11Protocol)
+    for name in ("self.loop", "self.cycle", "self.conn", "self.transport",
+                 "self.send_400_response("):
+        assert name in source, name
 
 
 def test_openai_client_raises_authentication_error(url):
