@@ -16,11 +16,18 @@ every other logit to -inf; given the tokens a reply has left, it allows only tok
 after which the value can still be closed in time.
 The decode loops of chapter 8 on take it as `constraint=`: they sample under the mask
 and stop when the value is complete.
+
+`compile_schema(schema)` compiles a JSON Schema (the subset strict structured-output
+APIs accept; SchemaError names any other keyword) into a SchemaGrammar, an automaton
+of the same kind that JsonConstraint takes as `grammar=`: the mask then enforces the
+schema's keys, types and bounds too.
 """
 from __future__ import annotations
 
 import functools
+import json
 import math
+import weakref
 
 import torch
 
@@ -29,6 +36,17 @@ from llmcore.tokenizer import Tokenizer
 _WS, _DIGITS, _HEX = (frozenset(b" \t\n\r"), frozenset(b"0123456789"),
                       frozenset(b"0123456789abcdefABCDEF"))
 _LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
+_NUMBER = {  # a number's states and the byte -> next state of each
+    "N-": {**dict.fromkeys(b"0", "N0"), **dict.fromkeys(b"123456789", "ND")},
+    "N0": {ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
+    "ND": {**dict.fromkeys(_DIGITS, "ND"), ord("."): "N.", ord("e"): "NE",
+           ord("E"): "NE"},
+    "N.": dict.fromkeys(_DIGITS, "NF"),
+    "NF": {**dict.fromkeys(_DIGITS, "NF"), ord("e"): "NE", ord("E"): "NE"},
+    "NE": {**dict.fromkeys(_DIGITS, "NX"), ord("+"): "NS", ord("-"): "NS"},
+    "NS": dict.fromkeys(_DIGITS, "NX"),
+    "NX": dict.fromkeys(_DIGITS, "NX"),
+}
 _NUMBER_END = {"N0", "ND", "NF", "NX"}  # number states in which the number may stop
 OBJECT_START: tuple = ("END", "OBJ")    # a top-level JSON object, then only whitespace
 VALUE_START: tuple = ("END", "V")       # any top-level JSON value
@@ -87,17 +105,7 @@ def json_step(state: tuple, b: int) -> tuple | None:
             return None
         return rest + (("L", literal[1:]),) if len(literal) > 1 else rest
     if top[0] == "N":  # a number: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
-        nxt = {
-            "N-": {**dict.fromkeys(b"0", "N0"), **dict.fromkeys(b"123456789", "ND")},
-            "N0": {ord("."): "N.", ord("e"): "NE", ord("E"): "NE"},
-            "ND": {**dict.fromkeys(_DIGITS, "ND"), ord("."): "N.", ord("e"): "NE",
-                   ord("E"): "NE"},
-            "N.": dict.fromkeys(_DIGITS, "NF"),
-            "NF": {**dict.fromkeys(_DIGITS, "NF"), ord("e"): "NE", ord("E"): "NE"},
-            "NE": {**dict.fromkeys(_DIGITS, "NX"), ord("+"): "NS", ord("-"): "NS"},
-            "NS": dict.fromkeys(_DIGITS, "NX"),
-            "NX": dict.fromkeys(_DIGITS, "NX"),
-        }[top].get(b)
+        nxt = _NUMBER[top].get(b)
         if nxt is not None:
             return rest + (nxt,)
         # the number ended: b belongs to what follows
@@ -166,11 +174,72 @@ def bytes_to_close(state: tuple) -> int:
 
 
 # %% chapters/07_sampling.ipynb § Constrained decoding: output that always parses
+class JsonGrammar:
+    """json_step and its companions as a grammar object: what JsonConstraint reads
+    (start, step, is_complete, bytes_to_close, and the fast path's free_text and
+    plain_step). A compiled JSON Schema (below) offers the same methods."""
+
+    def __init__(self, start: tuple = OBJECT_START):
+        self.start = start
+
+    step = staticmethod(json_step)
+    is_complete = staticmethod(is_complete)
+    bytes_to_close = staticmethod(bytes_to_close)
+
+    def free_text(self, state: tuple):
+        """Inside a string, every plain byte (>= 0x20, not '"' or '\\') is allowed
+        and leaves the state as it is: the key of that case, else None."""
+        return "S" if state[-1] == "S" else None
+
+    @staticmethod
+    def plain_step(key, b: int):
+        return key
+
+
+def _plain(data: bytes) -> bool:
+    """Bytes that, inside a string, are just text: no quote, backslash or control."""
+    return all(b >= 0x20 and b not in b'"\\' for b in data)
+
+
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def vocabulary(tokenizer: Tokenizer) -> tuple[list[bytes], dict, dict, dict]:
+    """(each token's bytes, a trie of every token, of the plain ones, of the others),
+    special tokens left out; a trie maps a byte to the next node, and None to the
+    tokens that end there. Built once per tokenizer (a real vocabulary takes seconds)
+    and shared by every constraint over it."""
+    if tokenizer in _VOCABULARIES:
+        return _VOCABULARIES[tokenizer]
+    special = set(tokenizer.special_tokens.values())
+    token_bytes = [tokenizer.decode_bytes([t]) for t in range(tokenizer.vocab_size)]
+    trie: dict = {}
+    text_trie: dict = {}
+    other_trie: dict = {}
+    for token, data in enumerate(token_bytes):
+        if token in special:
+            continue
+        for root in (trie, text_trie if _plain(data) else other_trie):
+            node = root
+            for b in data:
+                node = node.setdefault(b, {})
+            node.setdefault(None, []).append(token)
+    _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, other_trie
+    return _VOCABULARIES[tokenizer]
+
+
 class JsonConstraint:
-    """Which tokens keep the output a prefix of valid JSON: a trie of the vocabulary
-    walked with json_step, the answer remembered for each automaton state (states
-    recur constantly), for at most `max_states` states, the least recently used
-    forgotten first.
+    """Which tokens keep the output a prefix of a valid document of `grammar` (by
+    default any JSON object, read by json_step): a trie of the vocabulary walked with
+    the grammar's automaton, the answer remembered for each state (states recur
+    constantly), for at most `max_states` states, the least recently used forgotten
+    first.
+
+    Inside a string most of the vocabulary is plain text, and whether a plain token
+    may follow depends only on the grammar's `free_text` key (for a schema: the bytes
+    of a UTF-8 character still to come), not on the stack below: those tokens are
+    checked once per key, and only the tokens holding a quote, a backslash or a
+    control byte are walked for each new state.
 
     Given `left`, the tokens a reply may still draw, it also keeps the value closable:
     once some allowed token would leave more to close than the tokens after it can
@@ -183,90 +252,121 @@ class JsonConstraint:
     thread."""
 
     def __init__(self, tokenizer: Tokenizer, start: tuple = OBJECT_START,
-                 max_states: int = 4096):
+                 max_states: int = 4096, grammar=None):
         if isinstance(max_states, bool) or not isinstance(max_states, int) or (
             max_states < 1
         ):
             raise ValueError("max_states (how many states' masks to remember) must "
                              f"be an int >= 1, got {max_states!r}")
-        self.vocab_size, self.start = tokenizer.vocab_size, start
+        if grammar is not None and start != OBJECT_START:
+            raise ValueError("give start (for the plain JSON automaton) or grammar "
+                             "(which has its own start), not both")
+        self.grammar = JsonGrammar(start) if grammar is None else grammar
+        self.vocab_size, self.start = tokenizer.vocab_size, self.grammar.start
         self.max_states = max_states
-        self.trie: dict = {}
-        special = set(tokenizer.special_tokens.values())
-        self.token_bytes = [
-            tokenizer.decode_bytes([token]) for token in range(tokenizer.vocab_size)
-        ]
-        for token in range(tokenizer.vocab_size):
-            if token in special:
-                continue
-            node = self.trie
-            for b in self.token_bytes[token]:
-                node = node.setdefault(b, {})
-            # key None: the tokens that end here
-            node.setdefault(None, []).append(token)
+        # every token's bytes, and three tries: every token, the plain ones (walked
+        # once per free_text key), the others (quote, backslash or control: walked
+        # per state); built once per tokenizer, shared by its constraints
+        self.token_bytes, self.trie, self.text_trie, self.other_trie = vocabulary(
+            tokenizer)
         # The stack is part of the state, so a server meets ever more of them (every
         # nesting depth): every cache is bounded. state -> (allowed tokens, the most
         # any of them leaves to close); (state, left) -> the tokens allowed with only
         # `left` to go; (state, left or None, logits' width, device) -> the mask
-        # mask_logits applies.
+        # mask_logits applies; free_text key -> the plain tokens allowed.
         self._allowed = functools.lru_cache(max_states)(self._walk)
         self._tight = functools.lru_cache(max_states)(self._walk_within)
         self._masks = functools.lru_cache(max_states)(self._banned)
+        self._text = functools.lru_cache(64)(self._walk_text)
 
-    def allowed(self, state: tuple, left: int | None = None) -> torch.Tensor:
+    def allowed(self, state, left: int | None = None) -> torch.Tensor:
         """Boolean mask (vocab_size,) of the tokens that may follow `state`, with
         `left` tokens still to draw (None: no limit)."""
         if self._is_tight(state, left):
             return self._tight(state, left)
         return self._allowed(state)[0]
 
-    def _is_tight(self, state: tuple, left: int | None) -> bool:
+    def is_complete(self, state) -> bool:
+        """Whether `state` ends a whole document."""
+        return self.grammar.is_complete(state)
+
+    def _is_tight(self, state, left: int | None) -> bool:
         # tight: some allowed token would leave more than the left - 1 after it
         return left is not None and self._allowed(state)[1] > left - 1
 
-    def _walk(self, state: tuple, left: int | None = None) -> tuple[torch.Tensor, int]:
-        mask = torch.zeros(self.vocab_size, dtype=torch.bool)
-        worst = 0  # the most bytes an allowed token leaves to close
-        stack = [(self.trie, state)]
+    def _walk(self, state, left: int | None = None) -> tuple[torch.Tensor, int]:
+        key = self.grammar.free_text(state) if left is None else None
+        if key is None:  # walk the whole vocabulary
+            mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+            return mask, self._walk_trie(self.trie, state, left, mask)
+        mask = self._text(key).clone()  # plain tokens: known from the key alone
+        worst = self._walk_trie(self.other_trie, state, left, mask)
+        # a plain token leaves the string open, with at most 3 UTF-8 bytes pending
+        return mask, max(worst, self.grammar.bytes_to_close(state) + 3)
+
+    def _walk_trie(self, trie: dict, state, left: int | None,
+                   mask: torch.Tensor) -> int:
+        """Set in `mask` the tokens of `trie` allowed from `state`; the most bytes
+        any of them leaves to close."""
+        step, close = self.grammar.step, self.grammar.bytes_to_close
+        worst = 0
+        stack = [(trie, state)]
         while stack:
             node, s = stack.pop()
             for b, child in node.items():
                 if b is None:
                     continue
-                after = json_step(s, b)
+                after = step(s, b)
                 if after is None:
                     continue
                 ends = child.get(None)
                 if ends:
-                    need = bytes_to_close(after)
+                    need = close(after)
                     if left is None or need <= left - 1:
                         mask[ends] = True
                         worst = max(worst, need)
                 stack.append((child, after))
-        return mask, worst
+        return worst
 
-    def _walk_within(self, state: tuple, left: int) -> torch.Tensor:
+    def _walk_text(self, key) -> torch.Tensor:
+        mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        stack = [(self.text_trie, key)]
+        while stack:
+            node, k = stack.pop()
+            for b, child in node.items():
+                if b is None:
+                    mask[child] = True
+                    continue
+                after = self.grammar.plain_step(k, b)
+                if after is not None:
+                    stack.append((child, after))
+        return mask
+
+    def _walk_within(self, state, left: int) -> torch.Tensor:
         mask = self._walk(state, left)[0]
         # Nothing closes in time (left below even the shortest value's bytes, and no
         # token carries enough of them): allow every valid token; the reply will
         # end with "length". can_close tells a caller beforehand.
         return mask if mask.any() else self._allowed(state)[0]
 
-    def can_close(self, state: tuple, left: int) -> bool:
+    def can_close(self, state, left: int) -> bool:
         """Whether `left` tokens can complete the value from `state` (by the one
         token per byte count, or with tokens that carry several bytes)."""
-        return bytes_to_close(state) <= left or bool(self._walk(state, left)[0].any())
+        return self.grammar.bytes_to_close(state) <= left or bool(
+            self._walk(state, left)[0].any())
 
-    def advance(self, state: tuple, token_bytes: bytes) -> tuple:
+    def advance(self, state, token_bytes: bytes):
         """The state after a token's bytes; ValueError if they do not
-        continue valid JSON."""
-        after = json_state(token_bytes, state)
-        if after is None:
-            raise ValueError(f"token bytes {token_bytes!r} do not continue valid "
-                             "JSON from this state")
+        continue a valid document from this state."""
+        after = state
+        for b in token_bytes:
+            after = self.grammar.step(after, b)
+            if after is None:
+                raise ValueError(f"token bytes {token_bytes!r} do not continue "
+                                 "valid JSON (of this grammar) from this state")
         return after
 
-    def mask_logits(self, logits: torch.Tensor, state: tuple,
+    def mask_logits(self, logits: torch.Tensor, state,
                     left: int | None = None) -> torch.Tensor:
         """`logits` (vocab,) with every token that cannot follow `state` (with `left`
         tokens to go) set to -inf (ids beyond the tokenizer's vocabulary included)."""
@@ -275,7 +375,7 @@ class JsonConstraint:
         banned = self._masks(state, left, logits.shape[-1], logits.device)
         return logits.float().masked_fill(banned, -math.inf)
 
-    def _banned(self, state: tuple, left: int | None, width: int,
+    def _banned(self, state, left: int | None, width: int,
                 device: torch.device) -> torch.Tensor:
         allowed = torch.zeros(width, dtype=torch.bool)
         mask = self.allowed(state, left)
@@ -284,5 +384,618 @@ class JsonConstraint:
         return (~allowed).to(device)
 
 
+# %% chapters/07_sampling.ipynb § JSON Schema: the right JSON, not just valid JSON
+class SchemaError(ValueError):
+    """A JSON Schema outside the subset compile_schema supports; `keyword` names the
+    keyword to change."""
+
+    def __init__(self, message: str, keyword: str):
+        super().__init__(message)
+        self.keyword = keyword
+
+
+# Keywords that describe a schema without constraining its documents.
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema",
+                          "$id", "$comment", "deprecated", "readOnly", "writeOnly",
+                          "$defs", "definitions"})
+_TYPE_KEYWORDS = {  # the keywords each type may carry, besides the annotations
+    "object": {"properties", "required", "additionalProperties"},
+    "array": {"items", "minItems", "maxItems"},
+    "string": {"minLength", "maxLength"},
+    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "number": set(), "boolean": set(), "null": set(),
+}
+
+
+class CompiledSchema:
+    """A JSON Schema compiled to a table of nodes, each one type and its bounds:
+    ("object", members, required flags, extra), ("array", item, min, max),
+    ("string", min, max), ("integer", min, max), ("number",), ("literal", bytes...)
+    for enum, const, booleans and null, and ("anyof", nodes). `$ref`s point at
+    shared nodes, so recursive schemas compile; `any` is the node of any JSON value.
+    `min_bytes[n]` is the length of node n's shortest document. The subset is the
+    one strict structured-output APIs accept; any other keyword is a SchemaError
+    naming it, never silently ignored."""
+
+    def __init__(self, schema: dict):
+        if not isinstance(schema, dict):
+            raise SchemaError("a JSON Schema must be an object (a dict), got "
+                              f"{type(schema).__name__}: send the schema itself",
+                              "schema")
+        self.root_schema, self.nodes = schema, []
+        self._refs: dict[str, int] = {}
+        self._keys: dict[bytes, int] = {}
+        self.any = self._node(("anyof", ()))  # filled in below: any JSON value
+        self._any_object = self._node(("object", (), (), self.any))
+        self._key_string = self._node(("string", 0, None))
+        self.nodes[self.any] = ("anyof", (
+            self._key_string, self._node(("number",)), self._any_object,
+            self._node(("array", self.any, 0, None)),
+            self._node(("literal", (b"true", b"false", b"null")))))
+        self.root = self._compile(schema, "#")
+        self._refuse_empty_loops()
+        self.min_bytes = self._min_bytes()
+        if self.min_bytes[self.root] == math.inf:
+            raise SchemaError("the schema admits no finite document (a required "
+                              "property or item refers back to itself by $ref)",
+                              "$ref")
+
+    # -- compiling: schema -> nodes ------------------------------------------------
+    def _node(self, node: tuple) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def _literal(self, values: list) -> int:
+        encoded = []
+        for value in values:
+            if isinstance(value, (dict, list)):
+                raise SchemaError("enum and const take strings, numbers, booleans and "
+                                  f"null, not {json.dumps(value)}", "enum")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SchemaError(f"{value} has no JSON form", "enum")
+            encoded.append(json.dumps(value, ensure_ascii=False).encode())
+        if not encoded:
+            raise SchemaError("enum must list at least one value", "enum")
+        return self._node(("literal", tuple(dict.fromkeys(encoded))))
+
+    def _compile(self, schema, path: str) -> int:
+        if schema is True or (
+            isinstance(schema, dict) and not set(schema) - _ANNOTATIONS
+        ):
+            return self.any  # no constraint: any JSON value
+        if not isinstance(schema, dict):
+            raise SchemaError(f"{path}: a subschema must be an object, got "
+                              f"{json.dumps(schema)}", "schema")
+        if "$ref" in schema:
+            return self._ref(schema, path)
+        for key in ("anyOf", "oneOf", "allOf", "not", "if", "pattern", "format",
+                    "prefixItems", "patternProperties", "minProperties",
+                    "maxProperties", "uniqueItems", "contains", "multipleOf"):
+            if key in schema and key != "anyOf":
+                raise SchemaError(
+                    f"{path}: '{key}' is not supported (supported: type, properties, "
+                    "required, additionalProperties false, items, minItems, maxItems, "
+                    "enum, const, anyOf, $ref/$defs, minLength, maxLength, and integer "
+                    "bounds)", key)
+        if "anyOf" in schema:
+            options = schema["anyOf"]
+            if not isinstance(options, list) or not options:
+                raise SchemaError(f"{path}: anyOf must be a non-empty list", "anyOf")
+            rest = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
+            if set(rest) != {"anyOf"}:
+                raise SchemaError(f"{path}: anyOf cannot be combined with "
+                                  f"{sorted(set(rest) - {'anyOf'})}", "anyOf")
+            return self._node(("anyof", tuple(
+                self._compile(s, f"{path}/anyOf/{i}") for i, s in enumerate(options))))
+        if "const" in schema:
+            return self._literal([schema["const"]])
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list):
+                raise SchemaError(f"{path}: enum must be a list", "enum")
+            return self._literal(schema["enum"])
+        kind = schema.get("type")
+        if isinstance(kind, list):  # ["string", "null"]: one node per type
+            return self._node(("anyof", tuple(
+                self._compile({**schema, "type": k}, path) for k in kind)))
+        if kind not in _TYPE_KEYWORDS:
+            if "type" not in schema and "properties" in schema:
+                kind = "object"
+            else:
+                raise SchemaError(f"{path}: 'type' must be one of "
+                                  f"{sorted(_TYPE_KEYWORDS)}, got {json.dumps(kind)}",
+                                  "type")
+        extra = set(schema) - _ANNOTATIONS - _TYPE_KEYWORDS[kind] - {"type"}
+        if extra:
+            key = sorted(extra)[0]
+            raise SchemaError(
+                f"{path}: '{key}' is not supported on type {kind} (supported there: "
+                f"{sorted(_TYPE_KEYWORDS[kind]) or 'none'}; bounds are enforced on "
+                "integers only): drop it and check the parsed value instead", key)
+        return getattr(self, f"_compile_{kind}")(schema, path)
+
+    def _ref(self, schema: dict, path: str) -> int:
+        ref = schema["$ref"]
+        if not isinstance(ref, str) or not ref.startswith(("#/$defs/",
+                                                           "#/definitions/")):
+            raise SchemaError(f"{path}: $ref must be a local reference '#/$defs/Name', "
+                              f"got {json.dumps(ref)}", "$ref")
+        if ref not in self._refs:  # reserve the node first: the target may recurse
+            section, name = ref[2:].split("/", 1)
+            target = self.root_schema.get(section, {})
+            if not isinstance(target, dict) or name not in target:
+                raise SchemaError(f"{path}: $ref {ref} is not defined", "$ref")
+            self._refs[ref] = self._node(("anyof", ()))
+            self.nodes[self._refs[ref]] = ("anyof", (self._compile(target[name], ref),))
+        return self._refs[ref]
+
+    def _count(self, schema: dict, key: str, path: str) -> int | None:
+        value = schema.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(
+                value, int) or value < 0):
+            raise SchemaError(f"{path}: {key} must be an int >= 0, got "
+                              f"{json.dumps(value)}", key)
+        return value
+
+    def _compile_object(self, schema: dict, path: str) -> int:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", not props)
+        if not isinstance(props, dict) or not isinstance(required, list):
+            raise SchemaError(f"{path}: properties must be an object and required a "
+                              "list", "properties")
+        missing = [name for name in required if name not in props]
+        if missing:
+            raise SchemaError(f"{path}: required names {missing}, which properties "
+                              "does not define", "required")
+        if props and extra is not False:
+            raise SchemaError(f"{path}: with properties, additionalProperties must be "
+                              "false (strict mode)", "additionalProperties")
+        if not props:
+            if extra is False:
+                return self._node(("object", (), (), None))  # only {}
+            value = self.any if extra is True else self._compile(
+                extra, f"{path}/additionalProperties")
+            return self._node(("object", (), (), value))
+        members = []
+        for name, sub in props.items():
+            key = json.dumps(name, ensure_ascii=False).encode()
+            if key not in self._keys:
+                self._keys[key] = self._node(("literal", (key,)))
+            members.append((self._keys[key],
+                            self._compile(sub, f"{path}/properties/{name}")))
+        flags = tuple(name in required for name in props)
+        return self._node(("object", tuple(members), flags, None))
+
+    def _compile_array(self, schema: dict, path: str) -> int:
+        low = self._count(schema, "minItems", path) or 0
+        high = self._count(schema, "maxItems", path)
+        if high is not None and high < low:
+            raise SchemaError(f"{path}: maxItems {high} < minItems {low}", "maxItems")
+        item = self._compile(schema.get("items", True), f"{path}/items")
+        return self._node(("array", item, low, high))
+
+    def _compile_string(self, schema: dict, path: str) -> int:
+        low = self._count(schema, "minLength", path) or 0
+        high = self._count(schema, "maxLength", path)
+        if high is not None and high < low:
+            raise SchemaError(f"{path}: maxLength {high} < minLength {low}",
+                              "maxLength")
+        return self._node(("string", low, high))
+
+    def _compile_integer(self, schema: dict, path: str) -> int:
+        bound = {"minimum": math.ceil, "exclusiveMinimum": lambda v: math.floor(v) + 1,
+                 "maximum": math.floor, "exclusiveMaximum": lambda v: math.ceil(v) - 1}
+        given = {}
+        for key, to_int in bound.items():
+            value = schema.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                        not math.isfinite(value)):
+                    raise SchemaError(f"{path}: {key} must be a finite number", key)
+                given[key] = to_int(value)  # the integer bound it implies
+        lows = [given[k] for k in ("minimum", "exclusiveMinimum") if k in given]
+        highs = [given[k] for k in ("maximum", "exclusiveMaximum") if k in given]
+        low, high = max(lows, default=None), min(highs, default=None)
+        if low is not None and high is not None and low > high:
+            raise SchemaError(f"{path}: maximum {high} < minimum {low}: no integer "
+                              "lies between them", "maximum")
+        return self._node(("integer", low, high))
+
+    def _compile_number(self, schema: dict, path: str) -> int:
+        return self._node(("number",))
+
+    def _compile_boolean(self, schema: dict, path: str) -> int:
+        return self._literal([True, False])
+
+    def _compile_null(self, schema: dict, path: str) -> int:
+        return self._literal([None])
+
+    def _refuse_empty_loops(self) -> None:
+        """A $ref that leads back to itself through anyOf alone (no bracket read in
+        between) would send the automaton round in circles."""
+        def visit(n: int, path: tuple) -> None:
+            if n in path:
+                raise SchemaError("a $ref refers to itself through anyOf/$ref alone",
+                                  "$ref")
+            if self.nodes[n][0] == "anyof":
+                for option in self.nodes[n][1]:
+                    visit(option, path + (n,))
+        for n in range(len(self.nodes)):
+            visit(n, ())
+
+    # -- the shortest documents: how many bytes each node needs at least -----------
+    def _min_bytes(self) -> list[float]:
+        best = [math.inf] * len(self.nodes)
+        changed = True
+        while changed:  # a fixed point: $refs may recurse
+            changed = False
+            for n, node in enumerate(self.nodes):
+                size = self._node_min(node, best)
+                if size < best[n]:
+                    best[n], changed = size, True
+        return best
+
+    def _node_min(self, node: tuple, best: list) -> float:
+        kind = node[0]
+        if kind == "anyof":
+            return min((best[n] for n in node[1]), default=math.inf)
+        if kind == "literal":
+            return min(map(len, node[1]))
+        if kind == "string":
+            return 2 + node[1]
+        if kind == "number":
+            return 1
+        if kind == "integer":
+            low, high = node[1], node[2]
+            if (low is None or low <= 0) and (high is None or high >= 0):
+                return 1
+            return len(str(low)) if low is not None and low > 0 else len(str(high))
+        if kind == "object":
+            return 1 + self._rest_of_object(node, -1, True, best) + 1
+        item, low = node[1], node[2]  # array: "[" items "]"
+        return 2 + (low * best[item] + low - 1 if low else 0)
+
+    def _rest_of_object(self, node: tuple, last: int, first: bool, best) -> float:
+        """Bytes of the required members after member `last` (a comma before each
+        but the first when `first`)."""
+        members, flags = node[1], node[2]
+        total, needed = 0, 0
+        for k in range(last + 1, len(members)):
+            if flags[k]:
+                key, value = members[k]
+                total += best[key] + 1 + best[value]
+                needed += 1
+        return total + needed - (1 if first and needed else 0)
+
+
+# %% chapters/07_sampling.ipynb § JSON Schema: the right JSON, not just valid JSON
+_LEADS = {  # UTF-8 lead byte -> (continuation bytes to come, range of the next one)
+    **{b: (1, 0x80, 0xBF) for b in range(0xC2, 0xE0)},
+    0xE0: (2, 0xA0, 0xBF), **{b: (2, 0x80, 0xBF) for b in range(0xE1, 0xF0)},
+    0xED: (2, 0x80, 0x9F),  # no UTF-16 surrogates (U+D800..U+DFFF)
+    0xF0: (3, 0x90, 0xBF), **{b: (3, 0x80, 0xBF) for b in range(0xF1, 0xF4)},
+    0xF4: (3, 0x80, 0x8F),  # nothing above U+10FFFF
+}
+def utf8_step(pending: tuple, b: int) -> tuple | None:
+    """UTF-8 as an automaton: `pending` is () between characters, or (continuation
+    bytes to come, lowest, highest allowed next byte); None for a byte that cannot
+    continue valid UTF-8."""
+    if pending:
+        need, low, high = pending
+        if not low <= b <= high:
+            return None
+        return (need - 1, 0x80, 0xBF) if need > 1 else ()
+    return () if b < 0x80 else _LEADS.get(b)
+
+
+def _span(text: str, extra: int) -> tuple[int, int] | None:
+    """The least and greatest integers written as `text` and `extra` more digits
+    (None if there are none: a leading zero, "-0")."""
+    neg, digits = text.startswith("-"), text[1:] if text.startswith("-") else text
+    if digits.startswith("0"):
+        return (0, 0) if digits == "0" and not neg and not extra else None
+    if digits:
+        low, high = int(digits) * 10**extra, (int(digits) + 1) * 10**extra - 1
+    elif extra:
+        low, high = 10 ** (extra - 1), 10**extra - 1
+    else:
+        return None
+    return (-high, -low) if neg else (low, high)
+
+
+def int_digits_to_close(text: str, lo: int | None, hi: int | None) -> int | None:
+    """The fewest digits to append to `text` to write an integer in [lo, hi] (0 if
+    `text` is one), or None if no integer in range begins with `text`."""
+    for extra in range(40):  # 40 digits: beyond any bound a JSON Schema carries
+        span = _span(text, extra)
+        if span and (lo is None or span[1] >= lo) and (hi is None or span[0] <= hi):
+            return extra
+    return None
+
+
+def int_prefix(text: str, lo: int | None, hi: int | None) -> tuple[bool, bool]:
+    """(viable, whole): whether some integer in [lo, hi] is written starting with
+    `text` (no leading zeros, no "-0"), and whether `text` is such an integer."""
+    close = int_digits_to_close(text, lo, hi)
+    return close is not None, close == 0
+
+
+class SchemaGrammar(CompiledSchema):
+    """A compiled JSON Schema as a byte-level pushdown automaton, in the conventions
+    XGrammar compiles a schema to (so that their masks can be compared token by
+    token): properties in the schema's order, each required one present, optional
+    ones skippable; at most MAX_WHITESPACE whitespace bytes before and after each
+    structural character, none before or after the document; strings of valid UTF-8.
+
+    A state is a frozenset of stacks, each a tuple of frames such as ("O", node,
+    phase, last member) or ("S", node, pending UTF-8, characters): a set, because
+    `anyOf` and optional endings (`1` may be the integer 1 or the start of 12) keep
+    several readings alive until a byte tells them apart. step(state, b) is None once
+    no reading survives. JsonConstraint reads it as it reads JsonGrammar."""
+
+    def __init__(self, schema: dict):
+        super().__init__(schema)
+        self.start = frozenset({(("V", self.root),)})
+
+    # -- reading bytes -------------------------------------------------------------
+    def step(self, state: frozenset, b: int) -> frozenset | None:
+        """The readings that survive byte `b`, or None if none does."""
+        out: list = []
+        for stack in state:
+            self._step(stack, b, out)
+        return frozenset(out) or None
+
+    def _step(self, stack: tuple, b: int, out: list) -> None:
+        if not stack:
+            return                                   # complete: nothing may follow
+        top, rest = stack[-1], stack[:-1]
+        kind = top[0]
+        if kind == "W":                              # ("W", whitespace bytes so far)
+            if b in _WS:
+                if top[1] < MAX_WHITESPACE:
+                    out.append(rest + (("W", top[1] + 1),))
+            else:
+                self._step(rest, b, out)             # the run ended: b comes after it
+        elif kind == "V":                            # ("V", node): a value begins
+            self._begin(rest, top[1], b, out)
+        elif kind in "SEU":
+            self._string(top, rest, b, out)
+        elif kind == "L":                            # ("L", node, bytes so far)
+            literals, sofar = self.nodes[top[1]][1], top[2] + bytes([b])
+            if any(literal.startswith(sofar) for literal in literals):
+                out.append(rest + (("L", top[1], sofar),))
+            if top[2] in literals:                   # complete: b may come after it
+                self._step(rest, b, out)
+        elif kind == "N":                            # ("N", number state)
+            after = _NUMBER[top[1]].get(b)
+            if after is not None:
+                out.append(rest + (("N", after),))
+            if top[1] in _NUMBER_END:
+                self._step(rest, b, out)
+        elif kind == "I":                            # ("I", node, digits so far)
+            _, low, high = self.nodes[top[1]]
+            text = top[2] + chr(b)
+            if b in _DIGITS and int_prefix(text, low, high)[0]:
+                out.append(rest + (("I", top[1], self._digits(top[1], text)),))
+            if int_prefix(top[2], low, high)[1]:
+                self._step(rest, b, out)
+        elif kind == "O":
+            self._object(top, rest, b, out)
+        else:
+            self._array(top, rest, b, out)
+
+    def _digits(self, n: int, text: str) -> str:
+        """The digits an integer frame keeps: all of them if the node has bounds,
+        else only the sign and whether it began with 0 (all the rest can be)."""
+        if self.nodes[n][1] is not None or self.nodes[n][2] is not None:
+            return text
+        first = text.lstrip("-")[:1]
+        return text[:1] * text.startswith("-") + (first if first in "0" else "1")
+
+    def _begin(self, rest: tuple, n: int, b: int, out: list) -> None:
+        """Byte `b` begins a value of node `n`; `rest` is what follows the value."""
+        node = self.nodes[n]
+        kind = node[0]
+        if self.min_bytes[n] == math.inf:
+            return                                   # no finite value
+        if kind == "anyof":
+            for option in node[1]:
+                self._begin(rest, option, b, out)
+        elif kind == "string":
+            if b == ord('"'):
+                out.append(rest + (("S", n, (), 0),))
+        elif kind == "literal":
+            if any(literal[0] == b for literal in node[1]):
+                out.append(rest + (("L", n, bytes([b])),))
+        elif kind == "number":
+            first = {ord("-"): "N-", ord("0"): "N0"}.get(b)
+            first = first or ("ND" if b in _DIGITS else None)
+            if first:
+                out.append(rest + (("N", first),))
+        elif kind == "integer":
+            if (b in _DIGITS or b == ord("-")) and int_prefix(chr(b), *node[1:])[0]:
+                out.append(rest + (("I", n, self._digits(n, chr(b))),))
+        elif kind == "object":
+            if b == ord("{"):
+                out.append(rest + (("O", n, "open", -1), ("W", 0)))
+        elif b == ord("["):
+            out.append(rest + (("A", n, "open", 0), ("W", 0)))
+
+    def _string(self, top: tuple, rest: tuple, b: int, out: list) -> None:
+        # ("S", node, pending UTF-8, characters), ("E", node, characters) after a
+        # backslash, ("U", node, characters, hex digits left) in \uXXXX
+        kind, n, count = top[0], top[1], top[-1] if top[0] != "U" else top[2]
+        _, low, high = self.nodes[n]
+        cap = low if high is None else high          # counting further changes nothing
+        if kind == "E":
+            if b in b'"\\/bfnrt':
+                out.append(rest + (("S", n, (), min(count + 1, cap)),))
+            elif b == ord("u"):
+                out.append(rest + (("U", n, count, 4),))
+        elif kind == "U":
+            if b in _HEX:
+                out.append(rest + ((("U", n, count, top[3] - 1),) if top[3] > 1
+                                   else (("S", n, (), min(count + 1, cap)),)))
+        elif top[2]:                                 # inside a multi-byte character
+            after = utf8_step(top[2], b)
+            if after is not None:
+                out.append(rest + (("S", n, after, min(count + (not after), cap)),))
+        elif b == ord('"'):
+            if count >= low:
+                out.append(rest)                     # the string is complete
+        elif high is None or count < high:
+            if b == ord("\\"):
+                out.append(rest + (("E", n, count),))
+            elif b >= 0x20:                          # control characters: escaped
+                after = utf8_step((), b)
+                if after is not None:
+                    out.append(rest + (("S", n, after,
+                                        min(count + (not after), cap)),))
+
+    def _next_members(self, flags: tuple, last: int) -> list[int]:
+        """The members that may come after member `last`: the following ones, up to
+        and including the first required one (properties keep the schema's order)."""
+        found = []
+        for k in range(last + 1, len(flags)):
+            found.append(k)
+            if flags[k]:
+                break
+        return found
+
+    def _object(self, top: tuple, rest: tuple, b: int, out: list) -> None:
+        # ("O", node, phase, last member written); phases: "open" after "{", "next"
+        # after ",", "colon" after a key, "after" after a value
+        _, n, phase, last = top
+        _, members, flags, extra = self.nodes[n]
+        if phase in ("open", "next") and b == ord('"'):
+            if extra is not None:                    # any key, then an `extra` value
+                out.append(rest + (("O", n, "colon", -1), ("W", 0),
+                                   ("S", self._key_string, (), 0)))
+            for k in [] if extra is not None else self._next_members(flags, last):
+                out.append(rest + (("O", n, "colon", k), ("W", 0),
+                                   ("L", members[k][0], b'"')))
+        elif phase == "colon" and b == ord(":"):
+            value = extra if extra is not None else members[last][1]
+            out.append(rest + (("O", n, "after", last), ("W", 0), ("V", value),
+                               ("W", 0)))
+        elif b == ord("}") and phase in ("open", "after"):
+            if extra is not None or not any(flags[last + 1:]):
+                out.append(rest)
+        elif b == ord(",") and phase == "after":
+            if extra is not None or self._next_members(flags, last):
+                out.append(rest + (("O", n, "next", last), ("W", 0)))
+
+    def _array(self, top: tuple, rest: tuple, b: int, out: list) -> None:
+        # ("A", node, phase, items written); phases "open", "next", "after"
+        _, n, phase, count = top
+        _, item, low, high = self.nodes[n]
+        if phase == "after":
+            if b == ord(",") and (high is None or count < high):
+                out.append(rest + (("A", n, "next", count), ("W", 0)))
+            elif b == ord("]") and count >= low:
+                out.append(rest)
+            return
+        if phase == "open" and b == ord("]") and low == 0:
+            out.append(rest)
+        elif high is None or count < high:
+            cap = low if high is None else high
+            self._begin(rest + (("A", n, "after", min(count + 1, cap)), ("W", 0)),
+                        item, b, out)
+
+    # -- the end of the value --------------------------------------------------------
+    def is_complete(self, state: frozenset | None) -> bool:
+        """Whether the bytes read so far are a whole document."""
+        return state is not None and any(map(self._done, state))
+
+    def _done(self, stack: tuple) -> bool:
+        while stack:
+            top = stack[-1]
+            if top[0] == "W" or (top[0] == "N" and top[1] in _NUMBER_END) or (
+                top[0] == "L" and top[2] in self.nodes[top[1]][1]
+            ) or (top[0] == "I" and int_prefix(top[2], *self.nodes[top[1]][1:])[1]):
+                stack = stack[:-1]                   # this frame may end here
+            else:
+                return False
+        return True
+
+    def bytes_to_close(self, state: frozenset) -> float:
+        """The length in bytes of the shortest text that completes the document."""
+        return min(sum(map(self._frame_close, stack)) for stack in state)
+
+    def _frame_close(self, frame: tuple) -> float:
+        kind, best = frame[0], self.min_bytes
+        if kind == "W":
+            return 0
+        if kind == "V":
+            return best[frame[1]]
+        if kind in "SEU":
+            low = self.nodes[frame[1]][1]
+            count = frame[2] if kind == "U" else frame[-1]
+            if kind == "S":
+                pending = frame[2][0] if frame[2] else 0
+                return pending + max(0, low - count - (pending > 0)) + 1
+            left = 1 if kind == "E" else frame[3]
+            return left + max(0, low - count - 1) + 1
+        if kind == "L":
+            return min(len(lit) - len(frame[2]) for lit in self.nodes[frame[1]][1]
+                       if lit.startswith(frame[2]))
+        if kind == "N":
+            return 1 if frame[1] in ("N-", "N.", "NE", "NS") else 0
+        if kind == "I":
+            return int_digits_to_close(frame[2], *self.nodes[frame[1]][1:])
+        if kind == "A":
+            _, item, low, _ = self.nodes[frame[1]]
+            count, each = frame[3], 1 + best[item]
+            if frame[2] == "open":
+                return best[frame[1]] - 1
+            if frame[2] == "next":
+                return best[item] + max(0, low - count - 1) * each + 1
+            return max(0, low - count) * each + 1
+        node, phase, last = self.nodes[frame[1]], frame[2], frame[3]
+        if node[3] is not None:                      # any keys
+            value = best[node[3]]
+            return {"open": 1, "next": 3 + value + 1, "colon": 1 + value + 1,
+                    "after": 1}[phase]
+        members = node[1]
+        if phase == "open":
+            return self._rest_of_object(node, -1, True, best) + 1
+        if phase == "next":
+            return min(best[members[k][0]] + 1 + best[members[k][1]]
+                       + self._rest_of_object(node, k, False, best)
+                       for k in self._next_members(node[2], last)) + 1
+        if phase == "colon":
+            return (1 + best[members[last][1]]
+                    + self._rest_of_object(node, last, False, best) + 1)
+        return self._rest_of_object(node, last, False, best) + 1
+
+    # -- the fast path for text inside a string ----------------------------------------
+    def free_text(self, state: frozenset):
+        """Inside a string with no length bounds, on every reading: the pending UTF-8
+        bytes, on which alone the fate of a plain byte (>= 0x20, not a quote or a
+        backslash) depends; else None."""
+        keys = set()
+        for stack in state:
+            top = stack[-1] if stack else None
+            if top is None or top[0] != "S" or self.nodes[top[1]][1:] != (0, None):
+                return None
+            keys.add(top[2])
+        return keys.pop() if len(keys) == 1 else None
+
+    plain_step = staticmethod(utf8_step)
+
+
+def compile_schema(schema: dict | str) -> SchemaGrammar:
+    """A JSON Schema (a dict, or its JSON text) compiled for constrained decoding;
+    SchemaError, naming the keyword, for what the subset does not cover."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise SchemaError(f"the schema is not valid JSON: {e}", "schema") from None
+    return SchemaGrammar(schema)
+
+
 __all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
-           'is_complete', 'bytes_to_close', 'JsonConstraint']
+           'is_complete', 'bytes_to_close', 'JsonGrammar', 'vocabulary',
+           'JsonConstraint', 'SchemaError', 'CompiledSchema', 'utf8_step',
+           'int_digits_to_close', 'int_prefix', 'SchemaGrammar', 'compile_schema']

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from llmcore.constrained import JsonConstraint, is_complete
+from llmcore.constrained import JsonConstraint
 from llmcore.kvcache import KVCache, decode_step, prefill
 from llmcore.sampling import (Sampler, SamplingParams, check_prompt_length,
                               make_generator)
@@ -264,7 +264,8 @@ class Reply:
         delta = self.checker.add(piece, check=may_stop)
         if self.checker.stop is not None:
             return delta + self._close("stop", self.checker.stop)
-        if may_stop and self.json_state is not None and is_complete(self.json_state):
+        if may_stop and self.json_state is not None and self.constraint.is_complete(
+                self.json_state):
             return delta + self._close("stop", None)
         if len(self.token_ids) >= self.max_tokens:
             return delta + self._close("length", None)

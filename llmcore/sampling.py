@@ -122,7 +122,8 @@ class SamplingParams:
         """
         if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
             raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
-        below = "" if vocab_size is None else f" < {vocab_size}"
+        token = ("token id >= 0" if vocab_size is None
+                 else f"token id in [0, {vocab_size})")
 
         def ids(v):
             return isinstance(v, (list, tuple)) and all(
@@ -154,7 +155,7 @@ class SamplingParams:
             ("frequency_penalty", lambda v: is_real(v) and -2 <= v <= 2,
              "a number in [-2, 2] (0 = off)"),
             ("logit_bias", bias,
-             f"a dict {{token id >= 0{below}: bias in [-100, 100]}} (ban a token "
+             f"a dict {{{token}: bias in [-100, 100]}} (ban a token "
              "with -100)"),
             ("seed", lambda v: v is None or (is_int(v) and 0 <= v < 2**64),
              "None or an int in [0, 2**64)"),
@@ -169,7 +170,7 @@ class SamplingParams:
                 ),
                 "a list of non-empty strings",
             ),
-            ("stop_token_ids", ids, f"a list of token ids (ints >= 0{below})"),
+            ("stop_token_ids", ids, f"a list of ints, each a {token}"),
             ("include_stop_str_in_output", lambda v: isinstance(v, bool),
              "True or False"),
         )

@@ -1,0 +1,187 @@
+"""The JSON Schemas the structured-output tests and bench/structured.py share, and a
+random writer of valid documents in the conventions llmcore and XGrammar both compile
+a schema to (properties in the schema's order, at most MAX_WHITESPACE whitespace
+bytes around structural characters, none around the document)."""
+from __future__ import annotations
+
+import enum
+import json
+import random
+from typing import Literal, Optional
+
+import pydantic
+
+from llmcore.constrained import MAX_WHITESPACE, SchemaGrammar
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+    GREEN = "green"
+    BLUE = "blue"
+
+
+class Address(pydantic.BaseModel):
+    street: str
+    city: str
+    zip_code: Optional[str] = None
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    age: int = pydantic.Field(ge=0, le=150)
+    email: Optional[str] = None
+    address: Address
+    favourite: Color
+
+
+class Order(pydantic.BaseModel):
+    id: int
+    items: list[str]
+    quantities: list[int] = pydantic.Field(min_length=1, max_length=4)
+    status: Literal["pending", "shipped", "delivered"]
+    paid: bool
+    total: float
+
+
+class Tree(pydantic.BaseModel):
+    label: str
+    children: list["Tree"] = []
+
+
+class Inventory(pydantic.BaseModel):
+    counts: dict[str, int]
+    owner: Optional[Person] = None
+
+
+class Weather(pydantic.BaseModel):
+    """The parameters of a tool call, as agents declare them."""
+    location: str
+    unit: Optional[Literal["celsius", "fahrenheit"]] = None
+    days: int = pydantic.Field(default=1, ge=1, le=14)
+
+
+class Shape(pydantic.BaseModel):
+    kind: Literal["circle", "square"]
+    size: float
+
+
+class Drawing(pydantic.BaseModel):
+    title: str
+    shapes: list[Shape]
+    background: Optional[Color] = None
+    tags: list[str] = []
+
+
+def _obj(properties: dict, required: list | None = None) -> dict:
+    return {"type": "object", "properties": properties,
+            "required": list(properties) if required is None else required,
+            "additionalProperties": False}
+
+
+STRING, INTEGER, NUMBER = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+BOOLEAN, NULL = {"type": "boolean"}, {"type": "null"}
+SCHEMAS: dict[str, dict] = {
+    "one string": _obj({"name": STRING}),
+    "one integer": _obj({"n": INTEGER}),
+    "one number": _obj({"x": NUMBER}),
+    "one boolean": _obj({"ok": BOOLEAN}),
+    "one null": _obj({"nothing": NULL}),
+    "scalars": _obj({"s": STRING, "i": INTEGER, "f": NUMBER, "b": BOOLEAN}),
+    "optional last": _obj({"a": STRING, "b": INTEGER}, ["a"]),
+    "optional first": _obj({"a": STRING, "b": INTEGER}, ["b"]),
+    "all optional": _obj({"a": BOOLEAN, "b": NULL, "c": INTEGER}, []),
+    "optional between": _obj({"a": INTEGER, "b": STRING, "c": BOOLEAN}, ["a", "c"]),
+    "empty object": {"type": "object", "properties": {},
+                     "additionalProperties": False},
+    "string enum": _obj({"color": {"enum": ["red", "green", "blue", "re"]}}),
+    "mixed enum": _obj({"v": {"enum": [1, 12, "x", None, True, 1.5]}}),
+    "const": _obj({"version": {"const": "v1"}, "n": {"const": 3}}),
+    "unicode": _obj({"名前": {"const": "日本 é\"q"}, "emoji": STRING}),
+    "integer range": _obj({"age": {"type": "integer", "minimum": 18,
+                                   "maximum": 120}}),
+    "negative range": _obj({"t": {"type": "integer", "minimum": -40,
+                                  "exclusiveMaximum": 7}}),
+    "non-negative": _obj({"count": {"type": "integer", "minimum": 0}}),
+    "array of strings": _obj({"tags": {"type": "array", "items": STRING}}),
+    "bounded array": _obj({"xs": {"type": "array", "items": INTEGER, "minItems": 2,
+                                  "maxItems": 4}}),
+    "array of objects": _obj({"people": {"type": "array", "items": _obj(
+        {"name": STRING, "age": INTEGER})}}),
+    "nested arrays": _obj({"grid": {"type": "array", "items": {
+        "type": "array", "items": NUMBER, "maxItems": 3}, "maxItems": 3}}),
+    "nullable type list": _obj({"note": {"type": ["string", "null"]}}),
+    "anyOf scalars": _obj({"id": {"anyOf": [INTEGER, STRING]}}),
+    "anyOf objects": _obj({"shape": {"anyOf": [
+        _obj({"radius": NUMBER}), _obj({"width": NUMBER, "height": NUMBER})]}}),
+    "free object value": _obj({"meta": {"type": "object"}}),
+    "map of integers": _obj({"scores": {"type": "object",
+                                        "additionalProperties": INTEGER}}),
+    "any JSON object": {"type": "object"},
+    "deep nesting": _obj({"a": _obj({"b": _obj({"c": _obj({"d": INTEGER})})})}),
+    "refs": {"$defs": {"Point": _obj({"x": NUMBER, "y": NUMBER})},
+             **_obj({"start": {"$ref": "#/$defs/Point"},
+                     "end": {"$ref": "#/$defs/Point"}})},
+    "pydantic person": Person.model_json_schema(),
+    "pydantic order": Order.model_json_schema(),
+    "pydantic tree": Tree.model_json_schema(),
+    "pydantic inventory": Inventory.model_json_schema(),
+    "pydantic weather": Weather.model_json_schema(),
+    "pydantic drawing": Drawing.model_json_schema(),
+}
+
+_CHARS = list("abcXYZ019 _-,:{}[]") + ["é", "日本", "🙂", "\\n", '\\"', "\\\\", "\\/",
+                                        "\\u00e9", "\\uD83D\\uDE00"]
+
+
+def _ws(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return ""
+    return "".join(rng.choice(" \n\t\r") for _ in range(
+        rng.choice([1, 2, 4, MAX_WHITESPACE])))
+
+
+def random_document(grammar: SchemaGrammar, rng: random.Random,
+                    node: int | None = None, depth: int = 0) -> str:
+    """A random valid document of a compiled schema, written the way both
+    grammars read it."""
+    n = grammar.root if node is None else node
+    kind, spec = grammar.nodes[n][0], grammar.nodes[n]
+    if kind == "anyof":
+        options = [o for o in spec[1] if grammar.min_bytes[o] < float("inf")]
+        if depth > 3:  # keep recursive schemas finite: the shortest option
+            options = [min(options, key=lambda o: grammar.min_bytes[o])]
+        return random_document(grammar, rng, rng.choice(options), depth)
+    if kind == "literal":
+        return rng.choice(spec[1]).decode()
+    if kind == "string":
+        return '"' + "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, 6))) + '"'
+    if kind == "number":
+        return rng.choice(["0", "-12", "3.25", "1e5", "-0.5E-3", "42", "7.0e+2"])
+    if kind == "integer":
+        low = -1000 if spec[1] is None else spec[1]
+        high = low + 2000 if spec[2] is None else spec[2]
+        return str(rng.randint(low, min(high, low + 2000)))
+    if kind == "object":
+        _, members, flags, extra = spec
+        if extra is not None:
+            count = 0 if depth > 3 else rng.randint(0, 2)
+            pairs = [(json.dumps(f"k{i}{rng.choice(_CHARS)}", ensure_ascii=False),
+                      random_document(grammar, rng, extra, depth + 1))
+                     for i in range(count)]
+        else:
+            pairs = [(grammar.nodes[key][1][0].decode(),
+                      random_document(grammar, rng, value, depth + 1))
+                     for (key, value), required in zip(members, flags)
+                     if required or (depth < 3 and rng.random() < 0.6)]
+        if not pairs:
+            return "{" + _ws(rng) + "}"
+        body = (_ws(rng) + "," + _ws(rng)).join(
+            key + _ws(rng) + ":" + _ws(rng) + value for key, value in pairs)
+        return "{" + _ws(rng) + body + _ws(rng) + "}"
+    _, item, low, high = spec  # array
+    most = low if depth > 3 else min(low + 3, high if high is not None else low + 3)
+    items = [random_document(grammar, rng, item, depth + 1)
+             for _ in range(rng.randint(low, max(low, most)))]
+    if not items:
+        return "[" + _ws(rng) + "]"
+    return "[" + _ws(rng) + (_ws(rng) + "," + _ws(rng)).join(items) + _ws(rng) + "]"
