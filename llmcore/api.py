@@ -87,7 +87,8 @@ class ParsedRequest:
     include_usage: bool = False
     logprobs: int | None = None    # alternatives per token; None = no logprobs
     echo: bool = False
-    json_only: bool = False
+    json_only: bool = False        # response_format json_object: any JSON object
+    schema: dict | None = None     # response_format json_schema: this JSON Schema
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:
@@ -178,8 +179,9 @@ _API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams l
 
 def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt: int,
               max_tokens_name: str = "max_tokens"
-              ) -> tuple[SamplingParams, int, bool, bool, bool]:
-    """(params, n, stream, include_usage, json_only): the fields of both endpoints.
+              ) -> tuple[SamplingParams, int, bool, bool, bool, dict | None]:
+    """(params, n, stream, include_usage, json_only, schema): the fields of both
+    endpoints (json_only: response_format json_object; schema: json_schema's).
     Values go to SamplingParams as sent (null: its default); its ParamError becomes
     a 400 naming the field as the request spelled it."""
     lim, vocab = served.limits, served.vocab_size
@@ -202,11 +204,19 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt:
                             "strings)", param="logit_bias") from None
     fmt = f.get("response_format", lambda v: isinstance(v, dict) and v.get("type")
                 in ("text", "json_object", "json_schema"),
-                '{"type": "text"} or {"type": "json_object"}', {"type": "text"})
-    if fmt["type"] == "json_schema":
-        raise APIError(400, "response_format json_schema is not supported by this "
-                            'server; use {"type": "json_object"} (any JSON object)',
-                       param="response_format")
+                '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+                '"json_schema": {"name": ..., "schema": {...}}}', {"type": "text"})
+    schema = None
+    if fmt["type"] == "json_schema":  # compiled by the server (a SchemaError: 400)
+        spec = fmt.get("json_schema")
+        if not (isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                and isinstance(spec.get("schema", {}), dict)
+                and isinstance(spec.get("strict", True), (bool, type(None)))):
+            raise APIError(400, "response_format of type json_schema needs "
+                                '"json_schema": {"name": a string, "schema": a JSON '
+                                'Schema (an object), "strict": true or false}',
+                           param="response_format")
+        schema = spec.get("schema", {})
     stream = f.get("stream", lambda v: isinstance(v, bool), "true or false", False)
     options = f.get("stream_options", lambda v: isinstance(v, dict) and set(v) <= {
         "include_usage", "continuous_usage_stats"} and isinstance(
@@ -246,7 +256,7 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt:
                             f"{_show(f.body.get(name, err.value))}", param=name
                        ) from None
     return (params, n, stream, options.get("include_usage", False),
-            fmt["type"] == "json_object")
+            fmt["type"] == "json_object", schema)
 
 
 def _check_model(f: _Fields, served: ServedModel) -> None:
@@ -304,8 +314,8 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
     _check_model(f, served)
     ids, texts = _prompts(body["prompt"], served)
     max_tokens, name = _max_tokens(f, 16, "max_tokens")
-    params, n, stream, usage, json_only = _sampling(f, served, max_tokens,
-                                                    max(map(len, ids)), name)
+    params, n, stream, usage, json_only, schema = _sampling(
+        f, served, max_tokens, max(map(len, ids)), name)
     best_of = f.get("best_of", is_int, "an int", n)
     if best_of != n:
         raise APIError(400, "'best_of' other than n is not supported; remove it",
@@ -315,7 +325,7 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
                      f"an int in [0, {lim.max_logprobs}]")
     echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
     return ParsedRequest("text_completion", ids, texts, params, n, stream, usage,
-                         logprobs, echo, json_only)
+                         logprobs, echo, json_only, schema)
 
 
 def _chat_text(f: _Fields, served: ServedModel) -> str:
@@ -349,8 +359,8 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     text = _chat_text(f, served)
     ids = served.tokenizer.encode(text, allowed_special="all")
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
-    params, n, stream, usage, json_only = _sampling(f, served, max_tokens, len(ids),
-                                                    name)
+    params, n, stream, usage, json_only, schema = _sampling(f, served, max_tokens,
+                                                            len(ids), name)
     want = f.get("logprobs", lambda v: isinstance(v, bool), "true or false", False)
     top = f.get("top_logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
                 f"an int in [0, {lim.max_logprobs}]")
@@ -358,7 +368,7 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true",
                        param="top_logprobs")
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
-                         (top or 0) if want else None, False, json_only)
+                         (top or 0) if want else None, False, json_only, schema)
 
 
 def tokenize_reply(body: Any, served: ServedModel) -> dict:

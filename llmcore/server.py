@@ -19,6 +19,7 @@ next step. A request that fails inside a step fails alone (500); the engine goes
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import hmac
 import json
@@ -46,7 +47,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
                          completion_logprobs, detokenize_reply, parse_chat,
                          parse_completion, parse_json, tokenize_reply)
-from llmcore.constrained import JsonConstraint
+from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
 from llmcore.request import Completion, Request
 
@@ -352,6 +353,10 @@ class OpenAIServer:
         self.fingerprint = "fp_" + hashlib.sha256(
             f"{model_name}{model.cfg}".encode()).hexdigest()[:10]
         self._json: JsonConstraint | None = None  # built when JSON is first asked for
+        # json_schema: one constraint per schema, the most recently used kept
+        self._schemas: collections.OrderedDict[str, JsonConstraint] = (
+            collections.OrderedDict())
+        self.max_schemas = 64
         self._in_flight = 0
         self.socket = socket.create_server((host, port), backlog=2048)
         self.app = build_app(self)
@@ -426,6 +431,41 @@ class OpenAIServer:
             raise APIError(499, "the client closed the connection") from None
         return parse_json(bytes(data), self.served.limits)
 
+    async def _constraint(self, parsed: ParsedRequest) -> JsonConstraint | None:
+        """The request's response_format as a constraint: built off the event loop
+        (a walk over the vocabulary; a schema's compile), kept for the next request
+        that asks for the same (json_object: one; json_schema: max_schemas, least
+        recently used dropped first); a 400 naming the keyword for a schema outside
+        the supported subset, or a max_tokens too small to close its value."""
+        if parsed.schema is not None:
+            key = json.dumps(parsed.schema, sort_keys=True)
+            constraint = self._schemas.get(key)
+            if constraint is None:
+                try:
+                    constraint = await asyncio.to_thread(
+                        lambda: JsonConstraint(self.served.tokenizer,
+                                               grammar=compile_schema(parsed.schema)))
+                except SchemaError as err:
+                    raise APIError(400, f"response_format.json_schema.schema: {err}",
+                                   param="response_format") from None
+                self._schemas[key] = constraint
+                while len(self._schemas) > self.max_schemas:
+                    self._schemas.popitem(last=False)
+            self._schemas.move_to_end(key)
+        elif parsed.json_only:
+            if self._json is None:
+                built = await asyncio.to_thread(JsonConstraint, self.served.tokenizer)
+                self._json = self._json or built
+            constraint = self._json
+        else:
+            return None
+        budget = parsed.params.max_tokens
+        if not await asyncio.to_thread(constraint.can_close, constraint.start, budget):
+            raise APIError(400, f"max_tokens {budget} is too few to write even the "
+                                "shortest value response_format allows; raise it",
+                           param="max_tokens")
+        return constraint
+
     async def handle(self, request, parse) -> object:
         """Validate, submit one engine request per choice, then stream or collect."""
         body = await self.read_body(request)
@@ -446,10 +486,7 @@ class OpenAIServer:
         rid = prefix + uuid.uuid4().hex
         events = _Events(asyncio.get_running_loop(), parsed.stream)
         ids = [f"{rid}-{i}" for i in range(jobs)]
-        if parsed.json_only and self._json is None:
-            # a walk over the whole vocabulary: built off the event loop, once
-            built = await asyncio.to_thread(JsonConstraint, self.served.tokenizer)
-            self._json = self._json or built
+        constraint = await self._constraint(parsed)
         self._in_flight += jobs
         try:
             for choice, request_id in enumerate(ids):
@@ -459,7 +496,7 @@ class OpenAIServer:
                                      seed=(params.seed + choice % parsed.n) % 2**64)
                 self.worker.submit(Request(
                     request_id, parsed.prompts[choice // parsed.n], params,
-                    self._json if parsed.json_only else None, parsed.logprobs,
+                    constraint, parsed.logprobs,
                     parsed.echo and parsed.logprobs is not None), events, choice)
             early = await self._accepted(events, jobs)
         except BaseException:

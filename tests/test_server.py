@@ -25,9 +25,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 import httpx2 as httpx
+import jsonschema
 import openai
+import pydantic
 import pytest
 import torch
 
@@ -591,14 +594,108 @@ def test_json_object_response_parses(client):
     assert isinstance(json.loads(choice.text), dict)
 
 
-def test_json_schema_is_refused_with_a_reason(client):
+WEATHER = {"type": "object", "properties": {
+    "location": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+    "required": ["location", "days"], "additionalProperties": False}
+
+
+def _schema_format(schema: dict) -> dict:
+    return {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "weather", "schema": schema, "strict": True}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_replies_validate_on_both_endpoints(client, stream):
+    texts = []
+    for make in (lambda: client.completions.create(
+            model=MODEL, prompt="weather = ", max_tokens=60, temperature=1.0, seed=5,
+            n=3, stream=stream, extra_body=_schema_format(WEATHER)),
+                 lambda: client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "The weather?"}],
+            max_completion_tokens=60, temperature=1.0, seed=5, n=3, stream=stream,
+            extra_body=_schema_format(WEATHER))):
+        reply = make()
+        if not stream:
+            texts += [getattr(c, "text", None) or c.message.content
+                      for c in reply.choices]
+            assert all(c.finish_reason == "stop" for c in reply.choices)
+            continue
+        parts: dict[int, str] = {}
+        for chunk in reply:
+            for c in chunk.choices:
+                piece = getattr(c, "text", None)
+                piece = piece if piece is not None else (c.delta.content or "")
+                parts[c.index] = parts.get(c.index, "") + piece
+        texts += list(parts.values())
+    assert len(texts) == 6
+    for text in texts:
+        jsonschema.validate(json.loads(text), WEATHER)
+
+
+class Weather(pydantic.BaseModel):
+    location: str
+    unit: Optional[Literal["celsius", "fahrenheit"]]
+    days: int
+
+
+def test_the_official_parse_returns_a_pydantic_object(client):
+    reply = client.beta.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "The weather in Paris?"}],
+        response_format=Weather, max_completion_tokens=80, temperature=0.7, seed=1)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "stop"
+    assert isinstance(message.parsed, Weather)
+    assert Weather.model_validate_json(message.content) == message.parsed
+
+
+def test_sampled_json_replies_parse_at_temperature_one(client):
+    """JSON mode and json_schema at T = 1, max_tokens 200: every reply is whole."""
+    for extra, schema in (({"response_format": {"type": "json_object"}}, None),
+                          (_schema_format(WEATHER), WEATHER)):
+        reply = client.completions.create(model=MODEL, prompt="x = {", max_tokens=200,
+                                          temperature=1.0, seed=11, n=10,
+                                          extra_body=extra)
+        for choice in reply.choices:
+            assert choice.finish_reason == "stop", choice.text
+            value = json.loads(choice.text)
+            assert isinstance(value, dict)
+            if schema:
+                jsonschema.validate(value, schema)
+
+
+@pytest.mark.parametrize("fmt,keyword", [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "string", "pattern": "^a"}}}, "pattern"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "number", "minimum": 0}},
+        "required": ["a"], "additionalProperties": False}}}, "minimum"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "oneOf": [{"type": "integer"}]}}}, "oneOf"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "$ref": "#/$defs/Missing"}}}, "$ref"),
+    ({"type": "json_schema", "json_schema": {"schema": {}}}, "name"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}, "schema"),
+    ({"type": "json_schema"}, "json_schema"),
+    ({"type": "xml"}, "json_object"),
+])
+def test_bad_schemas_get_a_400_naming_the_keyword(client, fmt, keyword):
+    for call in (lambda: client.completions.create(
+            model=MODEL, prompt="x", max_tokens=20, extra_body={"response_format": fmt}),
+                 lambda: client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}],
+            max_completion_tokens=20, extra_body={"response_format": fmt})):
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert caught.value.param == "response_format"
+        assert keyword in caught.value.message
+
+
+def test_max_tokens_too_few_to_close_the_schema_is_refused(client):
     with pytest.raises(openai.BadRequestError) as caught:
-        client.completions.create(model=MODEL, prompt="x = {", max_tokens=8,
-                                  extra_body={"response_format": {
-                                      "type": "json_schema",
-                                      "json_schema": {"name": "x", "schema": {}}}})
-    assert "json_schema is not supported" in caught.value.message
-    assert caught.value.param == "response_format"
+        client.completions.create(model=MODEL, prompt="x", max_tokens=4,
+                                  extra_body=_schema_format(WEATHER))
+    assert caught.value.param == "max_tokens" and "too few" in caught.value.message
 
 
 def test_response_ids_are_unique(client):
@@ -899,9 +996,13 @@ BAD_INPUTS = [
      "'tools' is not supported"),
     ("suffix", completion(suffix="\n"), 400, "'suffix' is not supported"),
     ("best_of other than n", completion(best_of=3), 400, "'best_of'"),
-    ("response_format json_schema",
+    ("response_format json_schema without a name",
      completion(response_format={"type": "json_schema", "json_schema": {}}), 400,
-     "json_schema is not supported"),
+     '"name": a string'),
+    ("response_format json_schema with an unsupported keyword",
+     chat(response_format={"type": "json_schema", "json_schema": {
+         "name": "x", "schema": {"type": "string", "format": "email"}}}), 400,
+     ("response_format.json_schema.schema", "'format' is not supported")),
     ("response_format of unknown type", completion(response_format={"type": "xml"}),
      400, "'response_format'"),
     ("stream_options without stream", completion(stream_options={
