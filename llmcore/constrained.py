@@ -195,6 +195,12 @@ class JsonGrammar:
     def plain_step(key, b: int):
         return key
 
+    @staticmethod
+    def expected(state: tuple) -> None:
+        """Which bytes could follow (a superset, to prune the trie walk): None, any;
+        json_step is cheap enough to try them all."""
+        return None
+
 
 def _plain(data: bytes) -> bool:
     """Bytes that, inside a string, are just text: no quote, backslash or control."""
@@ -204,11 +210,12 @@ def _plain(data: bytes) -> bool:
 _VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def vocabulary(tokenizer: Tokenizer) -> tuple[list[bytes], dict, dict, dict]:
-    """(each token's bytes, a trie of every token, of the plain ones, of the others),
-    special tokens left out; a trie maps a byte to the next node, and None to the
-    tokens that end there. Built once per tokenizer (a real vocabulary takes seconds)
-    and shared by every constraint over it."""
+def vocabulary(tokenizer: Tokenizer) -> tuple[list[bytes], dict, dict, dict, dict]:
+    """(each token's bytes, a trie of every token, of the plain ones, of the others,
+    the plain tokens' masks found so far), special tokens left out; a trie maps a
+    byte to the next node, and None to the tokens that end there. Built once per
+    tokenizer (a real vocabulary takes seconds) and shared by every constraint over
+    it."""
     if tokenizer in _VOCABULARIES:
         return _VOCABULARIES[tokenizer]
     special = set(tokenizer.special_tokens.values())
@@ -224,7 +231,7 @@ def vocabulary(tokenizer: Tokenizer) -> tuple[list[bytes], dict, dict, dict]:
             for b in data:
                 node = node.setdefault(b, {})
             node.setdefault(None, []).append(token)
-    _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, other_trie
+    _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, other_trie, {}
     return _VOCABULARIES[tokenizer]
 
 
@@ -265,19 +272,19 @@ class JsonConstraint:
         self.vocab_size, self.start = tokenizer.vocab_size, self.grammar.start
         self.max_states = max_states
         # every token's bytes, and three tries: every token, the plain ones (walked
-        # once per free_text key), the others (quote, backslash or control: walked
-        # per state); built once per tokenizer, shared by its constraints
-        self.token_bytes, self.trie, self.text_trie, self.other_trie = vocabulary(
-            tokenizer)
+        # once per free_text key, for every constraint over this vocabulary), the
+        # others (quote, backslash or control: walked per state)
+        (self.token_bytes, self.trie, self.text_trie, self.other_trie,
+         self._text_masks) = vocabulary(tokenizer)
         # The stack is part of the state, so a server meets ever more of them (every
         # nesting depth): every cache is bounded. state -> (allowed tokens, the most
         # any of them leaves to close); (state, left) -> the tokens allowed with only
         # `left` to go; (state, left or None, logits' width, device) -> the mask
-        # mask_logits applies; free_text key -> the plain tokens allowed.
+        # mask_logits applies. (The plain tokens' masks, one per free_text key, are
+        # few: they are kept with the vocabulary.)
         self._allowed = functools.lru_cache(max_states)(self._walk)
         self._tight = functools.lru_cache(max_states)(self._walk_within)
         self._masks = functools.lru_cache(max_states)(self._banned)
-        self._text = functools.lru_cache(64)(self._walk_text)
 
     def allowed(self, state, left: int | None = None) -> torch.Tensor:
         """Boolean mask (vocab_size,) of the tokens that may follow `state`, with
@@ -309,13 +316,17 @@ class JsonConstraint:
         """Set in `mask` the tokens of `trie` allowed from `state`; the most bytes
         any of them leaves to close."""
         step, close = self.grammar.step, self.grammar.bytes_to_close
-        worst = 0
+        worst, found = 0, []  # the allowed tokens, set in the mask at once
         stack = [(trie, state)]
         while stack:
             node, s = stack.pop()
-            for b, child in node.items():
+            # a wide node (the root: every first byte) is cut to the bytes that
+            # could follow, so that a walk costs what survives, not the fan-out
+            bytes_ = self.grammar.expected(s) if len(node) > 8 else None
+            for b in node if bytes_ is None else bytes_ & node.keys():
                 if b is None:
                     continue
+                child = node[b]
                 after = step(s, b)
                 if after is None:
                     continue
@@ -323,23 +334,32 @@ class JsonConstraint:
                 if ends:
                     need = close(after)
                     if left is None or need <= left - 1:
-                        mask[ends] = True
+                        found += ends
                         worst = max(worst, need)
                 stack.append((child, after))
+        mask[found] = True
         return worst
 
+    def _text(self, key) -> torch.Tensor:
+        found = self._text_masks.get((self.grammar.plain_step, key))
+        if found is None:
+            found = self._walk_text(key)
+            self._text_masks[self.grammar.plain_step, key] = found
+        return found
+
     def _walk_text(self, key) -> torch.Tensor:
-        mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        mask, found = torch.zeros(self.vocab_size, dtype=torch.bool), []
         stack = [(self.text_trie, key)]
         while stack:
             node, k = stack.pop()
             for b, child in node.items():
                 if b is None:
-                    mask[child] = True
+                    found += child
                     continue
                 after = self.grammar.plain_step(k, b)
                 if after is not None:
                     stack.append((child, after))
+        mask[found] = True
         return mask
 
     def _walk_within(self, state, left: int) -> torch.Tensor:
@@ -736,6 +756,7 @@ class SchemaGrammar(CompiledSchema):
     def __init__(self, schema: dict):
         super().__init__(schema)
         self.start = frozenset({(("V", self.root),)})
+        self._closes: dict[tuple, float] = {}
 
     # -- reading bytes -------------------------------------------------------------
     def step(self, state: frozenset, b: int) -> frozenset | None:
@@ -902,6 +923,66 @@ class SchemaGrammar(CompiledSchema):
             self._begin(rest + (("A", n, "after", min(count + 1, cap)), ("W", 0)),
                         item, b, out)
 
+    # -- which bytes could come next: a cheap superset, to prune the trie walk -------
+    def expected(self, state: frozenset) -> frozenset | None:
+        """A superset of the bytes step() may accept from `state` (None: any byte,
+        as inside a string), read off the top frames without stepping."""
+        found: set[int] = set()
+        for stack in state:
+            more = self._expected(stack)
+            if more is None:
+                return None
+            found |= more
+        return frozenset(found)
+
+    def _expected(self, stack: tuple) -> set[int] | None:
+        found: set[int] = set()
+        while stack:
+            top, stack = stack[-1], stack[:-1]
+            kind = top[0]
+            if kind in "SEU":
+                return None
+            if kind == "V":
+                return found | self._first(top[1])
+            if kind == "W":
+                found |= _WS
+                continue                             # it may end: what lies below
+            if kind == "L":
+                literals, sofar = self.nodes[top[1]][1], top[2]
+                found |= {lit[len(sofar)] for lit in literals
+                          if len(lit) > len(sofar) and lit.startswith(sofar)}
+                if sofar not in literals:
+                    return found
+            elif kind == "N":
+                found |= set(_NUMBER[top[1]])
+                if top[1] not in _NUMBER_END:
+                    return found
+            elif kind == "I":
+                found |= _DIGITS
+                if not int_prefix(top[2], *self.nodes[top[1]][1:])[1]:
+                    return found
+            elif kind == "O":
+                return found | {"open": set(b'"}'), "next": {ord('"')},
+                                "colon": {ord(":")}, "after": set(b",}")}[top[2]]
+            else:                                    # "A"
+                if top[2] == "after":
+                    return found | set(b",]")
+                return found | self._first(self.nodes[top[1]][1]) | (
+                    {ord("]")} if top[2] == "open" else set())
+        return found
+
+    def _first(self, n: int) -> set[int]:
+        """The bytes a value of node n may begin with."""
+        node = self.nodes[n]
+        kind = node[0]
+        if kind == "anyof":
+            return set().union(*(self._first(option) for option in node[1]))
+        if kind == "literal":
+            return {literal[0] for literal in node[1]}
+        return {"string": {ord('"')}, "object": {ord("{")}, "array": {ord("[")},
+                "number": set(b"-0123456789"),
+                "integer": set(b"-0123456789")}[kind]
+
     # -- the end of the value --------------------------------------------------------
     def is_complete(self, state: frozenset | None) -> bool:
         """Whether the bytes read so far are a whole document."""
@@ -920,7 +1001,18 @@ class SchemaGrammar(CompiledSchema):
 
     def bytes_to_close(self, state: frozenset) -> float:
         """The length in bytes of the shortest text that completes the document."""
-        return min(sum(map(self._frame_close, stack)) for stack in state)
+        return min(map(self._stack_close, state))
+
+    def _stack_close(self, stack: tuple) -> float:
+        # remembered per stack, so a stack extending a known one costs one frame
+        found = self._closes.get(stack)
+        if found is None:
+            found = (self._stack_close(stack[:-1]) if stack else 0) + (
+                self._frame_close(stack[-1]) if stack else 0)
+            if len(self._closes) > 65536:  # bounded, like every cache here
+                self._closes.clear()
+            self._closes[stack] = found
+        return found
 
     def _frame_close(self, frame: tuple) -> float:
         kind, best = frame[0], self.min_bytes
