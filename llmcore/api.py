@@ -28,6 +28,7 @@ from typing import Any
 
 from llmcore.request import TokenLogprob
 from llmcore.sampling import ParamError, SamplingParams, is_int, is_real
+from llmcore.tools import check_tool_choice, check_tools, tool_schema
 from llmcore.tokenizer import Tokenizer
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
@@ -89,6 +90,9 @@ class ParsedRequest:
     echo: bool = False
     json_only: bool = False        # response_format json_object: any JSON object
     schema: dict | None = None     # response_format json_schema: this JSON Schema
+    tools: list | None = None      # chat's tools, rendered by the template
+    tool_choice: str = "none"      # "none", "auto", "required" or a function's name
+    parallel_tool_calls: bool = True
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:
@@ -130,9 +134,9 @@ class _Fields:
 
     IGNORED = {"user", "metadata", "store", "service_tier", "safety_identifier",
                "prompt_cache_key"}  # accepted, no effect on this server
-    REFUSED = {"tools", "tool_choice", "functions", "function_call", "suffix",
-               "audio", "modalities", "prediction", "web_search_options",
-               "parallel_tool_calls", "reasoning_effort"}  # not implemented here
+    REFUSED = {"functions", "function_call", "suffix", "audio", "modalities",
+               "prediction", "web_search_options",
+               "reasoning_effort"}  # not implemented here
 
     def __init__(self, body: Any, known: set[str], *required: str):
         names = " or ".join(map(repr, required))  # at least one must be given
@@ -328,8 +332,38 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
                          logprobs, echo, json_only, schema)
 
 
-def _chat_text(f: _Fields, served: ServedModel) -> str:
-    """The messages as one prompt, through the model's chat template."""
+def _tool_arguments(messages) -> list:
+    """Assistant tool calls as templates want them. OpenAI sends a call's arguments
+    as a JSON string, and templates write them with tojson, which would quote the
+    string; so (as vLLM does) a string is parsed into the object it holds."""
+    if not isinstance(messages, list):
+        return messages  # check_messages refuses it, with its reason
+    out = []
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if isinstance(calls, list):
+            fixed = []
+            for j, call in enumerate(calls):
+                function = call.get("function") if isinstance(call, dict) else None
+                args = function.get("arguments") if isinstance(function, dict) else 0
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args)
+                    except ValueError:
+                        raise APIError(400, f"messages[{i}].tool_calls[{j}].function"
+                                            ".arguments must be JSON (an object as a "
+                                            f"string), got {_show(args)}",
+                                       param="messages") from None
+                    call = {**call, "function": {**function, "arguments": args}}
+                fixed.append(call)
+            message = {**message, "tool_calls": fixed}
+        out.append(message)
+    return out
+
+
+def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> str:
+    """The messages (and the tools, if any) as one prompt, through the model's chat
+    template."""
     lim = served.limits
     messages = f.get("messages", lambda v: isinstance(v, list) and 0 < len(v) <=
                      lim.max_messages, f"a list of 1 to {lim.max_messages} messages")
@@ -340,27 +374,56 @@ def _chat_text(f: _Fields, served: ServedModel) -> str:
                    "an object", {})
     generation_prompt = f.get("add_generation_prompt", lambda v: isinstance(v, bool),
                               "true or false", True)
+    if tools:
+        kwargs = {**kwargs, "tools": tools}
     try:
-        return served.chat_template.render(messages,
+        return served.chat_template.render(_tool_arguments(messages),
                                            add_generation_prompt=generation_prompt,
                                            **kwargs)
     except (ValueError, TypeError) as err:
         raise APIError(400, f"'messages': {err}", param="messages") from None
 
 
+def _tools(f: _Fields) -> tuple[list | None, str, bool]:
+    """(tools, tool_choice, parallel_tool_calls), checked by llmcore.tools."""
+    try:
+        tools = f.value("tools")
+        tools = None if tools is None else check_tools(tools)
+    except ValueError as err:
+        raise APIError(400, str(err), param="tools") from None
+    try:
+        choice = check_tool_choice(f.value("tool_choice"), tools)
+    except ValueError as err:
+        raise APIError(400, str(err), param="tool_choice") from None
+    parallel = f.get("parallel_tool_calls", lambda v: isinstance(v, bool),
+                     "true or false", True)
+    return tools, choice, parallel
+
+
 def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
-    """POST /v1/chat/completions: the messages become one prompt through the model's
-    chat template."""
+    """POST /v1/chat/completions: the messages (and tools) become one prompt through
+    the model's chat template. tool_choice "required" or a named function becomes a
+    JSON Schema the reply is constrained to (llmcore.tools.tool_schema)."""
     f = _Fields(body, _COMMON | {"messages", "max_completion_tokens", "logprobs",
                                  "top_logprobs", "add_generation_prompt",
-                                 "chat_template_kwargs"}, "messages")
+                                 "chat_template_kwargs", "tools", "tool_choice",
+                                 "parallel_tool_calls"}, "messages")
     _check_model(f, served)
     lim = served.limits
-    text = _chat_text(f, served)
+    tools, choice, parallel = _tools(f)
+    text = _chat_text(f, served, tools)
     ids = served.tokenizer.encode(text, allowed_special="all")
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(f, served, max_tokens,
                                                             len(ids), name)
+    forced = tool_schema(tools, choice)
+    if forced is not None:
+        if json_only or schema is not None:
+            raise APIError(400, f"tool_choice {choice!r} constrains the reply to a "
+                                "call: it cannot be combined with response_format "
+                                "json_object or json_schema", param="tool_choice")
+        schema = {**forced, "maxItems": 1} if choice == "required" and (
+            not parallel) else forced
     want = f.get("logprobs", lambda v: isinstance(v, bool), "true or false", False)
     top = f.get("top_logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
                 f"an int in [0, {lim.max_logprobs}]")
@@ -368,7 +431,8 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true",
                        param="top_logprobs")
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
-                         (top or 0) if want else None, False, json_only, schema)
+                         (top or 0) if want else None, False, json_only, schema,
+                         tools, choice, parallel)
 
 
 def tokenize_reply(body: Any, served: ServedModel) -> dict:

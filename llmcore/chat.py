@@ -33,15 +33,52 @@ from llmcore.hf import checkpoint_dir
 
 # ChatML (Qwen's format), for the bundled `tiny` model. It was never trained to chat and
 # its only special token is <|endoftext|>, so to it the markers are ordinary text.
-CHATML = (
-    "{%- for message in messages %}\n"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '')"
-    " + '<|im_end|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|im_start|>assistant\\n' }}\n"
-    "{%- endif %}\n"
-)
+# Tools, tool calls and tool results are written as Qwen2.5's template writes them
+# (Hermes style: <tools>, <tool_call>, <tool_response>), without its default system
+# prompt; with no tools and no tool messages, each message is <|im_start|>role ...
+CHATML = r"""{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0]['role'] == 'system' %}
+{{- messages[0]['content'] + '\n\n' }}
+{%- endif %}
+{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n'
+    + 'You are provided with function signatures within <tools></tools> XML tags:\n'
+    + '<tools>' }}
+{%- for tool in tools %}
+{{- '\n' + tool | tojson }}
+{%- endfor %}
+{{- '\n</tools>\n\nFor each function call, return a json object with function name '
+    + 'and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n'
+    + '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    + '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message['role'] == 'tool' %}
+{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}
+{{- '<|im_start|>user' }}
+{%- endif %}
+{{- '\n<tool_response>\n' + (message['content'] or '') + '\n</tool_response>' }}
+{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}
+{{- '<|im_end|>\n' }}
+{%- endif %}
+{%- elif message['role'] == 'assistant' and message['tool_calls'] %}
+{{- '<|im_start|>assistant' }}
+{{- '\n' + message['content'] if message['content'] else '' }}
+{%- for call in message['tool_calls'] %}
+{%- set call = call['function'] if call['function'] is defined else call %}
+{{- '\n<tool_call>\n{"name": "' + call['name'] + '", "arguments": '
+    + call['arguments'] | tojson + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif not (tools and loop.first and message['role'] == 'system') %}
+{{- '<|im_start|>' + message['role'] + '\n' + (message['content'] or '')
+    + '<|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
 
 # Names a message's reasoning goes by; templates read the first (gpt-oss's the second).
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")

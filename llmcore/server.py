@@ -50,6 +50,7 @@ from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logp
 from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
 from llmcore.request import Completion, Request
+from llmcore.tools import parse_tool_calls
 
 
 class _Events:
@@ -462,8 +463,8 @@ class OpenAIServer:
         budget = parsed.params.max_tokens
         if not await asyncio.to_thread(constraint.can_close, constraint.start, budget):
             raise APIError(400, f"max_tokens {budget} is too few to write even the "
-                                "shortest value response_format allows; raise it",
-                           param="max_tokens")
+                                "shortest value response_format (or tool_choice) "
+                                "allows; raise it", param="max_tokens")
         return constraint
 
     async def handle(self, request, parse) -> object:
@@ -601,12 +602,27 @@ class _Reply:
         choices = [self._choice(i, done[i]) for i in range(jobs)]
         return {**self._envelope(choices), "usage": self._usage(list(done.values()))}
 
+    def _message(self, c: Completion) -> tuple[dict, str]:
+        """A finished choice's assistant message and finish_reason: with tools, the
+        calls parsed out of its text (llmcore.tools), finish_reason "tool_calls"
+        ("stop" for a named function, as OpenAI answers)."""
+        message = {"role": "assistant", "content": c.text, "refusal": None}
+        choice = self.parsed.tool_choice
+        if not self.parsed.tools or choice == "none":
+            return message, c.finish_reason
+        content, calls = parse_tool_calls(c.text, self.parsed.tools, choice)
+        if not calls:
+            return message, c.finish_reason
+        calls = calls if self.parsed.parallel_tool_calls else calls[:1]
+        message.update(content=content, tool_calls=calls)
+        return message, "tool_calls" if choice in ("auto", "required") else "stop"
+
     def _choice(self, index: int, c: Completion) -> dict:
         if self.chat:
-            return {"index": index, "message": {"role": "assistant", "content": c.text,
-                                                "refusal": None},
+            message, finish = self._message(c)
+            return {"index": index, "message": message,
                     "logprobs": self._logprobs(c.logprobs),
-                    "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+                    "finish_reason": finish, "stop_reason": c.stop_reason}
         text, logprobs = c.text, self._logprobs(c.logprobs)
         if self.parsed.echo:
             prompt = self.parsed.prompt_texts[index // self.parsed.n]
@@ -641,6 +657,11 @@ class _Reply:
 
         finished: dict[int, Completion] = {}
         offsets = [0] * len(ids)
+        # With tools, a reply may turn out to be a call: its text is held back and
+        # sent at the end, as content or as tool_calls (one delta each).
+        held = self.chat and bool(self.parsed.tools) and (
+            self.parsed.tool_choice != "none")
+        held_logprobs: dict[int, list] = {choice: [] for choice in range(len(ids))}
         try:
             for choice in range(len(ids)):
                 if self.chat:
@@ -662,6 +683,8 @@ class _Reply:
                     offsets[choice] = len(text)
                     yield sse([delta(choice, text, self._logprobs(
                         event[1][1:], 0, self.parsed.prompts[prompt][0]))])
+                elif event[0] == "delta" and held:
+                    held_logprobs[choice] += event[2] or []
                 elif event[0] == "delta":
                     _, text, logprobs = event
                     yield sse([delta(choice, text, self._logprobs(
@@ -673,8 +696,17 @@ class _Reply:
                     if failed:
                         yield f"data: {json.dumps(failed.body())}\n\n"
                         return
-                    yield sse([delta(choice, "", None, c.finish_reason,
-                                     c.stop_reason)])
+                    finish = c.finish_reason
+                    if held:
+                        message, finish = self._message(c)
+                        body = {"content": message["content"]}
+                        if "tool_calls" in message:
+                            body["tool_calls"] = [{"index": k, **call} for k, call
+                                                  in enumerate(message["tool_calls"])]
+                        yield sse([{"index": choice, "delta": body,
+                                    "logprobs": self._logprobs(held_logprobs[choice]),
+                                    "finish_reason": None}])
+                    yield sse([delta(choice, "", None, finish, c.stop_reason)])
             if self.parsed.include_usage:
                 usage = {"usage": self._usage(list(finished.values()))}
                 yield sse([])

@@ -379,3 +379,25 @@ def test_templates_compile_once():
         compile_template("{% for %}")
     with pytest.raises(ValueError, match=r"does not compile: .* \(line 2\)"):
         ChatTemplate("ok\n{% for %}")
+
+
+def test_the_bundled_chatml_renders_tools_like_transformers():
+    """The tiny model's ChatML writes tools, tool calls and results as Qwen2.5's
+    template does (Hermes style); every conversation above, with and without tools,
+    renders as transformers renders the same source."""
+    template = load_chat_template("tiny")
+    assert template.source == CHATML
+
+    def render_theirs(messages, prompt, kwargs):
+        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        rendered, _ = render_jinja_template(
+            [messages], chat_template=CHATML, add_generation_prompt=prompt,
+            **template.special_tokens, **kwargs)
+        return rendered[0]
+    _compare("tiny", template, render_theirs)
+    with_tools = template.render([SYSTEM, USER, CALL, RESULT], tools=TOOLS)
+    assert with_tools.startswith("<|im_start|>system\nYou are terse.\n\n# Tools\n")
+    assert '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' \
+        '\n</tool_call><|im_end|>\n' in with_tools
+    assert "<|im_start|>user\n<tool_response>\n22 °C, <sunny>\n</tool_response>" \
+        "<|im_end|>\n" in with_tools

@@ -698,6 +698,104 @@ def test_max_tokens_too_few_to_close_the_schema_is_refused(client):
     assert caught.value.param == "max_tokens" and "too few" in caught.value.message
 
 
+# --- tools: tool_choice none / auto / required / named, and the round trip -----------
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"], "additionalProperties": False}}}
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"type": "string"}}, "required": ["zone"],
+        "additionalProperties": False}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def _check_call(call, tools=(WEATHER_TOOL, TIME_TOOL)):
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert call.type == "function" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments),
+                        by_name[call.function.name])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_choice_required_and_named_return_valid_calls(client, stream):
+    for choice, finish in (("required", "tool_calls"),
+                           ({"type": "function", "function": {"name": "get_time"}},
+                            "stop")):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER_TOOL, TIME_TOOL],
+            tool_choice=choice, max_completion_tokens=80, temperature=0.8, seed=3,
+            stream=stream)
+        if stream:
+            calls: dict[int, dict] = {}
+            reasons = []
+            for chunk in reply:
+                for c in chunk.choices:
+                    reasons.append(c.finish_reason)
+                    for d in c.delta.tool_calls or []:
+                        calls.setdefault(d.index, {"id": d.id, "name": d.function.name,
+                                                   "arguments": ""})
+                        calls[d.index]["arguments"] += d.function.arguments or ""
+            assert reasons[-1] == finish and calls
+            for got in calls.values():
+                call = openai.types.chat.ChatCompletionMessageToolCall(
+                    id=got["id"], type="function", function={
+                        "name": got["name"], "arguments": got["arguments"]})
+                _check_call(call)
+            continue
+        choice_ = reply.choices[0]
+        assert choice_.finish_reason == finish, choice_
+        assert choice_.message.tool_calls and choice_.message.content is None
+        for call in choice_.message.tool_calls:
+            _check_call(call)
+        if finish == "stop":
+            assert [c.function.name for c in choice_.message.tool_calls] == ["get_time"]
+
+
+def test_a_tool_round_trip_with_the_official_client(client, template, tiny):
+    first = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER_TOOL], tool_choice="required",
+        max_completion_tokens=60, temperature=0)
+    message = first.choices[0].message
+    call = message.tool_calls[0]
+    messages = ASK + [message.model_dump(exclude_none=True),
+                      {"role": "tool", "tool_call_id": call.id,
+                       "content": "22 degrees, sunny"}]
+    second = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER_TOOL], max_completion_tokens=8,
+        temperature=0)
+    assert isinstance(second.choices[0].message.content, str)
+    # the tool's result and the call reached the prompt, as the template writes them
+    arguments = json.loads(call.function.arguments)
+    prompt = template.render(
+        [ASK[0], {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {
+                "name": "get_weather", "arguments": arguments}}]},
+         messages[2]], tools=[WEATHER_TOOL], add_generation_prompt=True)
+    assert "<tool_response>\n22 degrees, sunny\n</tool_response>" in prompt
+    assert second.usage.prompt_tokens == len(
+        tiny[1].encode(prompt, allowed_special="all"))
+
+
+def test_tool_choice_auto_and_none_answer_in_text(client):
+    for choice in ("auto", "none"):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER_TOOL], tool_choice=choice,
+            max_completion_tokens=12, temperature=0)
+        message = reply.choices[0].message
+        assert message.tool_calls is None and isinstance(message.content, str)
+        assert reply.choices[0].finish_reason in ("stop", "length")
+
+
+def test_parallel_tool_calls_false_returns_one_call(client):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required", parallel_tool_calls=False, max_completion_tokens=80,
+        temperature=1.0, seed=7)
+    assert len(reply.choices[0].message.tool_calls) == 1
+
+
 def test_response_ids_are_unique(client):
     ids = [client.completions.create(model=MODEL, prompt=CODE, max_tokens=1).id
            for _ in range(4)]
@@ -992,8 +1090,36 @@ BAD_INPUTS = [
      ("'max_token'", "did you mean 'max_tokens'")),
     ("unknown chat field", chat(max_completion_token=5), 400,
      "did you mean 'max_completion_tokens'"),
-    ("tools", chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
-     "'tools' is not supported"),
+    ("tools: not a list", chat(tools={"type": "function"}), 400,
+     "'tools' must be a non-empty list"),
+    ("tools: a bad name", chat(tools=[{"type": "function", "function": {
+        "name": "get weather"}}]), 400, "tools[0].function.name"),
+    ("tools: a name twice", chat(tools=[WEATHER_TOOL, WEATHER_TOOL]), 400,
+     "is used twice"),
+    ("tools: parameters outside the subset", chat(tools=[{"type": "function",
+     "function": {"name": "f", "parameters": {"type": "object", "properties": {
+         "x": {"type": "string", "pattern": "a"}}, "required": ["x"],
+         "additionalProperties": False}}}]), 400, ("tools[0].function.parameters",
+                                                   "'pattern'")),
+    ("tool_choice: an unknown function", chat(tools=[WEATHER_TOOL], tool_choice={
+        "type": "function", "function": {"name": "nope"}}), 400,
+     "not among the tools"),
+    ("tool_choice: required without tools", chat(tool_choice="required"), 400,
+     "needs 'tools'"),
+    ("tool_choice: a bad value", chat(tools=[WEATHER_TOOL], tool_choice="always"),
+     400, ("tool_choice", "must be")),
+    ("tool_choice required with response_format", chat(
+        tools=[WEATHER_TOOL], tool_choice="required",
+        response_format={"type": "json_object"}), 400, "cannot be combined"),
+    ("tool call arguments that are not JSON", chat(messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{city: Paris"}}]}]), 400,
+     "function.arguments must be JSON"),
+    ("parallel_tool_calls not a boolean", chat(tools=[WEATHER_TOOL],
+                                               parallel_tool_calls="yes"), 400,
+     "'parallel_tool_calls'"),
     ("suffix", completion(suffix="\n"), 400, "'suffix' is not supported"),
     ("best_of other than n", completion(best_of=3), 400, "'best_of'"),
     ("response_format json_schema without a name",
