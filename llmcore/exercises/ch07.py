@@ -6,6 +6,7 @@ from typing import Callable
 
 import torch
 
+from llmcore.constrained import int_prefix
 from llmcore.sampling import TopP
 
 from . import (FAILED, Case, Verdict, approx_equal, checker, number_question,
@@ -114,6 +115,25 @@ def check_distinct_n(fn: Callable) -> Verdict:
         "Exercise 7.3 (distinct_n)", fn, cases,
         hint="collect the n-grams of every completion separately into one list; divide "
              "the size of its set by its length."))
+
+
+@checker
+def check_int_viable(fn: Callable) -> Verdict:
+    """`fn(text, lo, hi)` -> whether some integer in [lo, hi] (None: no bound) is
+    written starting with `text` (JSON's integers: no leading zeros, no "-0")."""
+    table = [("1", 18, 120), ("12", 18, 120), ("121", 18, 120), ("9", 18, 120),
+             ("0", 18, 120), ("3", 250, 300), ("-", -40, 7), ("-4", -40, 7),
+             ("-41", -40, 7), ("-5", -40, 7), ("-0", -40, 7), ("0", -40, 7),
+             ("8", -40, 7), ("07", None, None), ("1000", None, None), ("-", 0, None),
+             ("99", None, 100), ("100", None, 100), ("-", None, -3), ("-2", None, -3),
+             ("-20", None, -3)]
+    cases = [Case(args, int_prefix(*args)[0]) for args in table]
+    return report(run_cases(
+        "Exercise 7.4 (int_viable)", fn, cases,
+        hint="the integers written as text and k more digits form one range, "
+             "[t * 10**k, (t + 1) * 10**k - 1] for t = int(text), negated after a "
+             "minus; text is viable if, for some k, that range meets [lo, hi]. A text "
+             "starting with 0 is viable only as 0 itself, and never after a minus."))
 
 
 # --- Check your understanding: pen-and-paper questions ------------------------------

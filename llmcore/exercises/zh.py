@@ -388,6 +388,15 @@ MESSAGES: dict[str, str] = {
      "size of its set by its length."):
         ("在每个补全内部分别取 n 元组，全部收集到同一个列表里；"
          "用它去重后的集合大小除以列表长度。"),
+    # ch07.py (check_int_viable)
+    ("the integers written as text and k more digits form one range, "
+     "[t * 10**k, (t + 1) * 10**k - 1] for t = int(text), negated after a "
+     "minus; text is viable if, for some k, that range meets [lo, hi]. A text "
+     "starting with 0 is viable only as 0 itself, and never after a minus."):
+        ("text 后再接 k 位数字所写出的整数构成一个区间："
+         "[t * 10**k, (t + 1) * 10**k - 1]，其中 t = int(text)，有负号时取相反数；"
+         "只要对某个 k，这个区间与 [lo, hi] 相交，text 就还可行。以 0 开头的 text 只有"
+         "本身是 0 时才可行，负号之后则永远不行。"),
     # ch07.py:59
     "check of the input: the logits were modified in place.":
         "输入检查：logits 被原地修改了。",

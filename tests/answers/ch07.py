@@ -49,6 +49,28 @@ def _distinct(completions, n, mode="ok"):
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
+def _viable(text, lo, hi, mode="ok"):
+    neg, digits = text.startswith("-"), text.lstrip("-")
+    if mode != "zeros" and digits.startswith("0"):
+        return digits == "0" and not neg and (lo is None or lo <= 0) and (
+            hi is None or hi >= 0)
+    if mode == "value":  # only the number written so far, never its extensions
+        value = -int(digits) if digits else -1
+        return (lo is None or lo <= value) and (hi is None or value <= hi)
+    for k in range(0, 25):
+        if digits:
+            low, high = int(digits) * 10**k, (int(digits) + 1) * 10**k - 1
+        elif k:
+            low, high = 10 ** (k - 1), 10**k - 1
+        else:
+            continue
+        if neg and mode != "sign":
+            low, high = -high, -low
+        if (lo is None or high >= lo) and (hi is None or low <= hi):
+            return True
+    return False
+
+
 #: checker name -> (a correct answer, wrong answers it must reject)
 ANSWERS = {
     "ch07.check_temperature_top_p": (
@@ -63,6 +85,11 @@ ANSWERS = {
         [lambda z, s, p: _penalty(z, s, p, "divide_all"),
          lambda z, s, p: _penalty(z, s, p, "per_occurrence"),
          lambda z, s, p: _penalty(z, s, p, "inplace")]),
+    "ch07.check_int_viable": (
+        _viable,
+        [lambda t, lo, hi: _viable(t, lo, hi, "zeros"),
+         lambda t, lo, hi: _viable(t, lo, hi, "value"),
+         lambda t, lo, hi: _viable(t, lo, hi, "sign")]),
     "ch07.check_distinct_n": (
         _distinct,
         [lambda c, n: _distinct(c, n, "joined"),
