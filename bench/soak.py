@@ -17,18 +17,21 @@ sent by --concurrency asyncio workers through one `openai.AsyncOpenAI` client
 (max_retries=0, --timeout on every call, each request also bounded as a whole). The mix,
 in shares of 100: plain completions 20 (greedy or seeded sampling, some with a stop
 string or echo), streamed completions 15, chat 12, streamed chat 12, n = 2..4 choices 8
-(half streamed), JSON mode (response_format json_object) 5, logprobs 8 (completion
-logprobs 0..5, some with echo; chat logprobs with top_logprobs 0..5; half streamed),
-cancellations 10 (a stream of 64..128 tokens closed after 1..3 chunks), bad inputs 10
-(a table of requests the server must refuse with 400 and a message naming the field).
-Outputs are short (max_tokens 1..16; 48 for JSON mode, so that the object can close).
+(half streamed), JSON mode (response_format json_object) 4, a JSON Schema
+(response_format json_schema, sampled, half streamed) 4, tool calls (chat, tool_choice
+"required" or a named function) 3, logprobs 8 (completion logprobs 0..5, some with echo;
+chat logprobs with top_logprobs 0..5; half streamed), cancellations 8 (a stream of
+64..128 tokens closed after 1..3 chunks), bad inputs 9 (a table of requests the server
+must refuse with 400 and a message naming the field). Outputs are short (max_tokens
+1..16; 48 for JSON mode, a schema and tool calls, so that the value can close).
 
 Every reply is checked: the number of choices, each choice's finish reason, the usage,
-logprobs where asked for, JSON that parses where the JSON-mode reply says "stop", a
-stream that ends with a finish reason for every choice. A bad input counts as expected
-only if it got a 400 whose message says what the table says; anything else (an
-exception, a wrong status, a reply that fails its checks, a traceback in the server's
-log, a server that died) is an unexpected error.
+logprobs where asked for, JSON that parses where the JSON-mode reply says "stop" (and
+fits the schema for a json_schema reply), tool calls whose arguments fit the function's
+parameters, a stream that ends with a finish reason for every choice. A bad input counts
+as expected only if it got a 400 whose message says what the table says; anything else
+(an exception, a wrong status, a reply that fails its checks, a traceback in the
+server's log, a server that died) is an unexpected error.
 
 Samples: the requests run in segments of --every (1000); after each segment the driver
 waits (bounded) until the server is idle (no request running or waiting, every KV block
@@ -63,6 +66,7 @@ from importlib import metadata
 from pathlib import Path
 
 import httpx2  # the openai client's HTTP package
+import jsonschema
 import openai
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +79,17 @@ OPENINGS = [                       # chapter 9's code openings
 QUESTIONS = ["Add two numbers.", "Write a function that reverses a list.",
              "What does `yield` do?", "Sort a dict by value.", "hi"]
 SYSTEM = "You write short Python functions."
-FINISH = {"stop", "length"}
+FINISH = {"stop", "length", "tool_calls"}
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "kind": {"enum": ["function", "class", "module"]},
+    "lines": {"type": "integer", "minimum": 1, "maximum": 500}},
+    "required": ["name", "kind"], "additionalProperties": False}
+TOOL = {"type": "function", "function": {
+    "name": "run_tests", "description": "Run a test file",
+    "parameters": {"type": "object", "properties": {
+        "path": {"type": "string"}, "verbose": {"type": "boolean"}},
+        "required": ["path"], "additionalProperties": False}}}
 CONTEXT = 1024                     # tiny's positions
 
 # (name, endpoint, body, what the 400's message must say): each refused by the server's
@@ -95,9 +109,14 @@ BAD_INPUTS = [
      {"prompt": [11] * 1000, "max_tokens": 100}, "1024"),
     ("empty stop string", "completions", {"stop": [""]}, "'stop'"),
     ("unknown field", "completions", {"max_token": 5}, "'max_token'"),
-    ("json_schema", "completions",
+    ("json_schema without a name", "completions",
      {"response_format": {"type": "json_schema", "json_schema": {}}},
-     "json_schema is not supported"),
+     '"name": a string'),
+    ("json_schema with a pattern", "chat",
+     {"response_format": {"type": "json_schema", "json_schema": {
+         "name": "x", "schema": {"type": "string", "pattern": "a"}}}}, "'pattern'"),
+    ("tool_choice required without tools", "chat", {"tool_choice": "required"},
+     "needs 'tools'"),
     ("streamed, min_tokens > max_tokens", "completions",
      {"stream": True, "min_tokens": 10, "max_tokens": 4}, "'min_tokens'"),
     ("empty messages", "chat", {"messages": []}, "'messages'"),
@@ -110,8 +129,8 @@ BAD_INPUTS = [
 ]
 
 # kind: share of 100
-MIX = {"completion": 20, "completion-stream": 15, "chat": 12, "chat-stream": 12,
-       "n": 8, "json": 5, "logprobs": 8, "cancel": 10, "bad": 10}
+MIX = {"completion": 17, "completion-stream": 15, "chat": 12, "chat-stream": 12,
+       "n": 8, "json": 4, "schema": 4, "tools": 3, "logprobs": 8, "cancel": 8, "bad": 9}
 
 
 @dataclass
@@ -160,9 +179,9 @@ def plan(n: int, seed: int = 0) -> list[Spec]:
     specs = []
     for i in range(n):
         kind = rng.choices(kinds, weights)[0]
-        endpoint = "chat" if kind.startswith("chat") or (
-            kind in ("n", "json", "logprobs", "cancel") and rng.random() < 0.5) \
-            else "completions"
+        endpoint = "chat" if kind.startswith("chat") or kind == "tools" or (
+            kind in ("n", "json", "schema", "logprobs", "cancel")
+            and rng.random() < 0.5) else "completions"
         body = {"model": MODEL, **_request(rng, endpoint, rng.randint(1, 16)),
                 **_sampling(rng)}
         spec = Spec(i, kind, endpoint, body)
@@ -185,6 +204,17 @@ def plan(n: int, seed: int = 0) -> list[Spec]:
                  "max_completion_tokens"] = 48
             if endpoint == "completions":
                 body["prompt"] = rng.choice(["x = {", "config = ", "data = {\n"])
+        elif kind == "schema":
+            body.update(temperature=1.0, seed=rng.randrange(2**32),
+                        stream=rng.random() < 0.5, extra_body={"response_format": {
+                            "type": "json_schema", "json_schema": {
+                                "name": "symbol", "schema": SCHEMA}}})
+            body["max_tokens" if endpoint == "completions" else
+                 "max_completion_tokens"] = 48
+        elif kind == "tools":
+            named = {"type": "function", "function": {"name": "run_tests"}}
+            body.update(tools=[TOOL], tool_choice=rng.choice(["required", named]),
+                        max_completion_tokens=48)
         elif kind == "logprobs":
             top = rng.randint(0, 5)
             if endpoint == "chat":
@@ -225,14 +255,37 @@ def _check_choices(spec: Spec, finishes: dict, texts: dict) -> str | None:
     bad = {i: f for i, f in finishes.items() if f not in FINISH}
     if bad:
         return f"finish reasons {bad}"
-    if spec.kind == "json":
+    if spec.kind in ("json", "schema"):
         for i, finish in finishes.items():
             if finish == "stop":
                 try:
-                    if not isinstance(json.loads(texts[i]), dict):
+                    value = json.loads(texts[i])
+                    if spec.kind == "schema":
+                        jsonschema.validate(value, SCHEMA)
+                    elif not isinstance(value, dict):
                         return f"JSON mode gave {texts[i]!r}"
-                except ValueError:
-                    return f"JSON mode gave {texts[i]!r}"
+                except (ValueError, jsonschema.ValidationError):
+                    return f"{spec.kind} gave {texts[i]!r}"
+    return None
+
+
+def _check_calls(reply) -> str | None:
+    """What is wrong with a tool-call reply (None: nothing): tool_choice forced a
+    call, so a reply that did not run out of tokens holds one whose arguments fit."""
+    for choice in reply.choices:
+        calls = choice.message.tool_calls or []
+        if choice.finish_reason == "length":
+            continue
+        if not calls:
+            return f"no tool call: {choice.message.content!r}"
+        for call in calls:
+            try:
+                jsonschema.validate(json.loads(call.function.arguments),
+                                    TOOL["function"]["parameters"])
+            except (ValueError, jsonschema.ValidationError):
+                return f"tool call arguments {call.function.arguments!r}"
+            if call.function.name != "run_tests":
+                return f"a call of {call.function.name!r}"
     return None
 
 
@@ -249,6 +302,8 @@ async def _plain(api: openai.AsyncOpenAI, spec: Spec, timeout: float) -> Outcome
     texts = {c.index: (c.message.content if chat else c.text) or ""
              for c in reply.choices}
     problem = _check_choices(spec, finishes, texts)
+    if problem is None and spec.kind == "tools":
+        problem = _check_calls(reply)
     n = spec.body.get("n", 1)
     if problem is None and not (
             reply.usage is not None
