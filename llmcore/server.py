@@ -2,271 +2,50 @@
 # DO NOT EDIT: edit the `#| export server` cells there, then run `make export`.
 
 
-# %% chapters/10_server.ipynb § The engine on its own thread
+# %% chapters/10_server.ipynb § The HTTP side
 """An OpenAI-compatible server over the engine: FastAPI on uvicorn, as vLLM and SGLang
 serve.
 
     python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000
 
-Two threads, one rule: only the engine thread touches the Engine. It steps whenever
-there is work and reads new requests and cancellations from a thread-safe inbox between
-steps. Each HTTP request is an asyncio task on uvicorn's event loop: it validates the
-body (llmcore.api), puts its engine requests in the inbox, and reads their progress from
-an asyncio queue that the engine thread feeds after every step. A client that hangs up
-(streaming or not) cancels its requests, and their KV blocks go back to the pool at the
-next step. A request that fails inside a step fails alone (500); the engine goes on.
+This module holds the server's lifecycle (OpenAIServer: start, serve, close), its
+admission (body limits, capacity, the response_format and tool constraints) and the
+command line (main). The rest has a module each: the engine's own thread
+(llmcore.engine_thread; only it touches the Engine), the metrics it feeds
+(llmcore.metrics), the response objects (llmcore.responses) and the routes
+(llmcore.routes). A client that hangs up (streaming or not) cancels its requests, and
+their KV blocks go back to the pool at the next step. A request that fails inside a step
+fails alone (500); the engine goes on.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import hashlib
-import hmac
 import json
-import queue
 import socket
 import sys
 import threading
 import time
 import tracemalloc
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import h11
 import uvicorn
-from fastapi import APIRouter, Depends, FastAPI
-from fastapi import Request as HTTPRequest
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
-                               Histogram, generate_latest)
-from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from llmcore.api import (APIError, Limits, ParsedRequest, ServedModel, chat_logprobs,
-                         completion_logprobs, detokenize_reply, parse_chat,
-                         parse_completion, parse_json, tokenize_reply)
+from llmcore.api import APIError, Limits, ParsedRequest, ServedModel, parse_json
 from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
-from llmcore.request import Completion, Request
-from llmcore.tools import parse_tool_calls
+from llmcore.engine_thread import EngineThread, _Events
+from llmcore.metrics import Metrics
+from llmcore.request import Request
+from llmcore.responses import ResponseWriter
+from llmcore.routes import build_app
 
 
-class _Events:
-    """One HTTP request's mailbox: the engine thread posts (choice, event) pairs, the
-    request's asyncio task reads them from `queue`. Events: ("accepted",), ("prompt",
-    logprobs) (streamed echo only), ("delta", text, logprobs), ("done", Completion),
-    ("error", APIError)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, stream: bool):
-        self.loop, self.stream, self.queue = loop, stream, asyncio.Queue()
-
-
-def _deliver(items: list) -> None:  # on the event loop: a whole step's events at once
-    for events, choice, event in items:
-        events.queue.put_nowait((choice, event))
-
-
-@dataclass
-class _Job:
-    """An engine request and where its progress goes."""
-    events: _Events
-    choice: int
-    sent_chars: int = 0   # text already posted
-    sent_logprobs: int = 0
-    sent_prompt: bool = False  # the prompt's log probabilities (streamed echo)
-
-
-class EngineThread:
-    """Steps the Engine on its own thread. Other threads call only submit(), cancel(),
-    alive() and stop()."""
-
-    def __init__(self, engine: Engine, on_finish=None, stall_s: float = 60.0):
-        self.engine, self.on_finish, self.stall_s = engine, on_finish, stall_s
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.jobs: dict[str, _Job] = {}
-        self.beat = time.monotonic()     # last time the loop went round
-        self._outbox: list = []          # events of this step, not yet handed over
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="llmcore-engine",
-                                       daemon=True)
-
-    def submit(self, request: Request, events: _Events, choice: int) -> None:
-        self.inbox.put(("add", request, _Job(events, choice)))
-
-    def cancel(self, request_id: str) -> None:
-        self.inbox.put(("cancel", request_id, None))
-
-    def alive(self) -> bool:
-        """Running, and stepping: not stuck in one step for stall_s seconds."""
-        return (self.thread.is_alive() and not self._stop.is_set()
-                and time.monotonic() - self.beat < self.stall_s)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.inbox.put(("wake", None, None))
-        self.thread.join(timeout=30)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._read_inbox(wait=not self.engine.has_work())
-                self._flush()
-                if self.engine.has_work() and not self._stop.is_set():
-                    self._step()
-                    self._flush()
-                self.beat = time.monotonic()
-        except BaseException as error:  # a bug in the loop itself: say so, fail all
-            self.error = error
-            raise
-        finally:
-            for job in self.jobs.values():
-                self._post(job, "error",
-                           APIError(503, "the engine stopped; retry later"))
-            self.jobs.clear()
-            self._flush()
-
-    def _post(self, job: _Job, *event) -> None:
-        self._outbox.append((job.events, job.choice, event))
-
-    def _flush(self) -> None:
-        """Hand the events over: one wake-up per event loop, not one per event (with 64
-        streams, a step would otherwise wake the event loop 64 times)."""
-        by_loop: dict = {}
-        for item in self._outbox:
-            by_loop.setdefault(item[0].loop, []).append(item)
-        self._outbox = []
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:  # that event loop is gone: nobody is listening
-                pass
-
-    def _read_inbox(self, wait: bool) -> None:
-        try:
-            item = self.inbox.get(timeout=1.0) if wait else self.inbox.get_nowait()
-            while True:
-                self._handle(*item)
-                item = self.inbox.get_nowait()
-        except queue.Empty:
-            pass
-
-    def _handle(self, kind: str, request, job: _Job | None) -> None:
-        if kind == "add":
-            try:
-                self.engine.add_request(request)
-            except ValueError as err:  # a request that could never run
-                self._post(job, "error", APIError(400, str(err)))
-                return
-            except Exception as err:  # a bug: this request fails alone
-                self._post(job, "error", APIError(
-                    500, f"the engine could not take the request: "
-                         f"{type(err).__name__}: {err}"))
-                return
-            self.jobs[request.request_id] = job
-            self._post(job, "accepted")
-        elif kind == "cancel":
-            self.engine.cancel(request)
-            self.jobs.pop(request, None)
-
-    def _step(self) -> None:
-        try:
-            finished = self.engine.step()
-        except Exception as error:  # the batched pass itself failed: fail its requests
-            finished = []
-            for request_id in list(self.engine.running):
-                self.engine.cancel(request_id)
-                job = self.jobs.pop(request_id, None)
-                if job is not None:
-                    self._post(job, "error", APIError(
-                        500, f"the engine step failed: {type(error).__name__}: "
-                             f"{error}"))
-        for request_id, state in self.engine.running.items():
-            job = self.jobs.get(request_id)
-            if job is not None and job.events.stream:
-                self._forward(job, state.reply.released, state.logprobs,
-                              state.prompt_logprobs)
-        for completion in finished:
-            job = self.jobs.pop(completion.request_id, None)
-            if job is None:
-                continue
-            self._forward(job, completion.text, completion.logprobs,
-                          completion.prompt_logprobs)
-            self._post(job, "done", completion)
-            if self.on_finish is not None:
-                self.on_finish(completion)
-
-    def _forward(self, job: _Job, text: str, logprobs: list | None,
-                 prompt_logprobs: list | None = None) -> None:
-        if prompt_logprobs is not None and job.events.stream and not job.sent_prompt:
-            self._post(job, "prompt", prompt_logprobs)  # before any delta
-            job.sent_prompt = True
-        new_logprobs = (logprobs or [])[job.sent_logprobs:]
-        if len(text) > job.sent_chars or new_logprobs:
-            self._post(job, "delta", text[job.sent_chars:], new_logprobs)
-            job.sent_chars = max(job.sent_chars, len(text))
-            job.sent_logprobs += len(new_logprobs)
-
-
-# %% chapters/10_server.ipynb § What a server must measure
-class Metrics:
-    """Prometheus metrics of one server (its own registry): the pool and the queue as
-    gauges read at scrape time, tokens and requests as counters, latencies as
-    histograms."""
-
-    def __init__(self, engine: Engine):
-        self.registry = r = CollectorRegistry()
-        for name, doc, read in (
-                ("kv_blocks_free", "KV-cache blocks free in the pool",
-                 lambda: engine.blocks.num_free),
-                ("kv_blocks_total", "KV-cache blocks in the pool",
-                 lambda: engine.blocks.num_blocks),
-                ("requests_running", "requests in the running batch",
-                 lambda: len(engine.running)),
-                ("requests_waiting", "requests queued for admission",
-                 lambda: len(engine.waiting)),
-                ("preemptions", "running requests preempted so far (their KV "
-                 "blocks freed, to be recomputed)", lambda: engine.preemptions)):
-            Gauge(f"llmcore_{name}", doc, registry=r).set_function(read)
-        Gauge("llmcore_python_heap_bytes", "Python heap traced by tracemalloc "
-              "(--trace-memory; 0 when not tracing)", registry=r).set_function(
-                  lambda: tracemalloc.get_traced_memory()[0])
-        self.prompt_tokens = Counter("llmcore_prompt_tokens", "prompt tokens of "
-                                     "finished requests", registry=r)
-        self.generation_tokens = Counter("llmcore_generation_tokens", "tokens "
-                                         "generated by finished requests", registry=r)
-        self.cached_tokens = Counter("llmcore_prompt_tokens_cached", "prompt tokens "
-                                     "of finished requests found in the prefix "
-                                     "cache", registry=r)
-        self.requests = Counter("llmcore_requests_finished", "finished requests",
-                                ["finish_reason"], registry=r)
-        seconds = (.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
-        self.ttft = Histogram("llmcore_time_to_first_token_seconds", "time to first "
-                              "token", buckets=seconds, registry=r)
-        self.tpot = Histogram("llmcore_time_per_output_token_seconds", "time per "
-                              "output token after the first", buckets=seconds,
-                              registry=r)
-        self.latency = Histogram("llmcore_e2e_request_latency_seconds", "submission "
-                                 "to last token", buckets=seconds, registry=r)
-
-    def observe(self, c: Completion) -> None:
-        self.requests.labels(c.finish_reason).inc()
-        self.prompt_tokens.inc(len(c.prompt_ids))
-        self.generation_tokens.inc(len(c.output_ids))
-        self.cached_tokens.inc(c.cached_tokens)
-        if c.output_ids:
-            self.ttft.observe(c.ttft)
-            self.latency.observe(c.e2e)
-        if len(c.output_ids) > 1:
-            self.tpot.observe(c.tpot)
-
-
-# %% chapters/10_server.ipynb § The HTTP side
 class _HTTPProtocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, changed where no public hook reaches:
 
@@ -345,8 +124,10 @@ class OpenAIServer:
                              kv_memory=kv_memory, history=1024)
         self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
                                   chat_template, limits)
-        self.metrics = Metrics(self.engine)
-        self.worker = EngineThread(self.engine, self.metrics.observe)
+        self.prefix_caching = prefix_caching
+        self.metrics = Metrics()  # fed by the engine thread: it alone reads the engine
+        self.worker = EngineThread(self.engine, on_finish=self.metrics.observe,
+                                   on_load=self.metrics.set_load)
         self.max_in_flight = max_batch + max_waiting
         self.api_key, self.read_timeout, self.keep_alive = api_key, read_timeout, \
             keep_alive
@@ -503,7 +284,7 @@ class OpenAIServer:
         except BaseException:
             self._release(ids, jobs)
             raise
-        reply = _Reply(self, parsed, rid)
+        reply = ResponseWriter(self, parsed, rid)
         if parsed.stream:
             return reply.stream(events, early, ids, lambda: self._release(ids, jobs))
         try:
@@ -532,301 +313,6 @@ class OpenAIServer:
             else:  # progress that came before every choice was admitted
                 early.append((choice, event))
         return early
-
-
-# %% chapters/10_server.ipynb § The HTTP side
-class _Reply:
-    """The response objects of one request: JSON at the end, or server-sent events."""
-
-    def __init__(self, server: OpenAIServer, parsed: ParsedRequest, rid: str):
-        self.server, self.parsed, self.rid = server, parsed, rid
-        self.tok = server.served.tokenizer
-        self.chat = parsed.kind == "chat.completion"
-        self.created = int(time.time())
-
-    def _envelope(self, choices: list, chunk: bool = False) -> dict:
-        kind = self.parsed.kind + (".chunk" if chunk and self.chat else "")
-        return {"id": self.rid, "object": kind, "created": self.created,
-                "model": self.server.served.name,
-                "system_fingerprint": self.server.fingerprint, "choices": choices}
-
-    def _usage(self, completions: list[Completion]) -> dict:
-        prompt = sum(len(p) for p in self.parsed.prompts)
-        generated = sum(len(c.output_ids) for c in completions)
-        usage = {"prompt_tokens": prompt, "completion_tokens": generated,
-                 "total_tokens": prompt + generated}
-        if self.server.engine.blocks.prefix_caching:
-            # OpenAI's field for the prompt tokens served from its prompt cache
-            cached = sum(c.cached_tokens for c in completions)
-            usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        return usage
-
-    def _logprobs(self, logprobs: list | None, offset: int = 0,
-                  first_token: int | None = None) -> dict | None:
-        if self.parsed.logprobs is None:
-            return None
-        if self.chat:
-            return chat_logprobs(self.tok, logprobs or [])
-        return completion_logprobs(self.tok, logprobs or [], offset, first_token)
-
-    def _failed(self, c: Completion) -> APIError | None:
-        if c.finish_reason != "error":
-            return None
-        return APIError(500, f"this request failed inside the engine ({c.error}); "
-                             "other requests were not affected")
-
-    async def collect(self, request, events: _Events, early: list, jobs: int
-                      ) -> dict | None:
-        """The JSON response, once every choice is done (None if the client left)."""
-        done: dict[int, Completion] = {}
-        gone = asyncio.ensure_future(_disconnected(request))
-        try:
-            for choice, event in early:
-                if event[0] == "done":
-                    done[choice] = event[1]
-            while len(done) < jobs:
-                get = asyncio.ensure_future(events.queue.get())
-                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():  # the client hung up: its requests are cancelled
-                    get.cancel()
-                    return None
-                choice, event = get.result()
-                if event[0] == "error":
-                    raise event[1]
-                if event[0] == "done":
-                    if self._failed(event[1]):
-                        raise self._failed(event[1])
-                    done[choice] = event[1]
-        finally:
-            gone.cancel()
-        choices = [self._choice(i, done[i]) for i in range(jobs)]
-        return {**self._envelope(choices), "usage": self._usage(list(done.values()))}
-
-    def _message(self, c: Completion) -> tuple[dict, str]:
-        """A finished choice's assistant message and finish_reason: with tools, the
-        calls parsed out of its text (llmcore.tools), finish_reason "tool_calls"
-        ("stop" for a named function, as OpenAI answers)."""
-        message = {"role": "assistant", "content": c.text, "refusal": None}
-        choice = self.parsed.tool_choice
-        if not self.parsed.tools or choice == "none":
-            return message, c.finish_reason
-        content, calls = parse_tool_calls(c.text, self.parsed.tools, choice)
-        if not calls:
-            return message, c.finish_reason
-        calls = calls if self.parsed.parallel_tool_calls else calls[:1]
-        message.update(content=content, tool_calls=calls)
-        return message, "tool_calls" if choice in ("auto", "required") else "stop"
-
-    def _choice(self, index: int, c: Completion) -> dict:
-        if self.chat:
-            message, finish = self._message(c)
-            return {"index": index, "message": message,
-                    "logprobs": self._logprobs(c.logprobs),
-                    "finish_reason": finish, "stop_reason": c.stop_reason}
-        text, logprobs = c.text, self._logprobs(c.logprobs)
-        if self.parsed.echo:
-            prompt = self.parsed.prompt_texts[index // self.parsed.n]
-            text = prompt + text
-            if logprobs is not None:
-                logprobs = self._logprobs(
-                    (c.prompt_logprobs or [None])[1:] + (c.logprobs or []), 0,
-                    c.prompt_ids[0])
-        return {"index": index, "text": text, "logprobs": logprobs,
-                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
-
-    async def stream(self, events: _Events, early: list, ids: list, release):
-        """Server-sent events: `data: <chunk>` per delta, a last chunk per choice with
-        its finish_reason, the usage chunk if asked for, then `data: [DONE]`."""
-        usage = {"usage": None} if self.parsed.include_usage else {}
-
-        def sse(choices: list) -> str:
-            return f"data: {json.dumps({**self._envelope(choices, True), **usage})}\n\n"
-
-        def delta(choice: int, text: str, logprobs=None, finish=None,
-                  stop_reason=None, role: bool = False) -> dict:
-            if self.chat:
-                body = {"role": "assistant", "content": text} if role else (
-                    {"content": text} if text or finish is None else {})
-                out = {"index": choice, "delta": body}
-            else:
-                out = {"index": choice, "text": text}
-            out.update(logprobs=logprobs, finish_reason=finish)
-            if finish is not None:
-                out["stop_reason"] = stop_reason
-            return out
-
-        finished: dict[int, Completion] = {}
-        offsets = [0] * len(ids)
-        # With tools, a reply may turn out to be a call: its text is held back and
-        # sent at the end, as content or as tool_calls (one delta each).
-        held = self.chat and bool(self.parsed.tools) and (
-            self.parsed.tool_choice != "none")
-        held_logprobs: dict[int, list] = {choice: [] for choice in range(len(ids))}
-        try:
-            for choice in range(len(ids)):
-                if self.chat:
-                    yield sse([delta(choice, "", role=True)])
-                elif self.parsed.echo and self.parsed.logprobs is None:
-                    text = self.parsed.prompt_texts[choice // self.parsed.n]
-                    offsets[choice] = len(text)
-                    yield sse([delta(choice, text)])
-            pending = list(early)
-            while len(finished) < len(ids):
-                choice, event = pending.pop(0) if pending else \
-                    await events.queue.get()
-                if event[0] == "error":
-                    yield f"data: {json.dumps(event[1].body())}\n\n"
-                    return
-                if event[0] == "prompt":  # echo with logprobs: the prompt, scored
-                    prompt = choice // self.parsed.n
-                    text = self.parsed.prompt_texts[prompt]
-                    offsets[choice] = len(text)
-                    yield sse([delta(choice, text, self._logprobs(
-                        event[1][1:], 0, self.parsed.prompts[prompt][0]))])
-                elif event[0] == "delta" and held:
-                    held_logprobs[choice] += event[2] or []
-                elif event[0] == "delta":
-                    _, text, logprobs = event
-                    yield sse([delta(choice, text, self._logprobs(
-                        logprobs, offsets[choice]))])
-                    offsets[choice] += len(text)
-                elif event[0] == "done":
-                    c = finished[choice] = event[1]
-                    failed = self._failed(c)
-                    if failed:
-                        yield f"data: {json.dumps(failed.body())}\n\n"
-                        return
-                    finish = c.finish_reason
-                    if held:
-                        message, finish = self._message(c)
-                        body = {"content": message["content"]}
-                        if "tool_calls" in message:
-                            body["tool_calls"] = [{"index": k, **call} for k, call
-                                                  in enumerate(message["tool_calls"])]
-                        yield sse([{"index": choice, "delta": body,
-                                    "logprobs": self._logprobs(held_logprobs[choice]),
-                                    "finish_reason": None}])
-                    yield sse([delta(choice, "", None, finish, c.stop_reason)])
-            if self.parsed.include_usage:
-                usage = {"usage": self._usage(list(finished.values()))}
-                yield sse([])
-            yield "data: [DONE]\n\n"
-        finally:  # also when the client hung up: cancel what is still running
-            release()
-
-
-async def _disconnected(request) -> None:
-    """Returns when the client closes the connection (after the body was read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-# %% chapters/10_server.ipynb § The HTTP side
-def build_app(server: OpenAIServer):
-    """The FastAPI application: routes, authentication, and every error in OpenAI's
-    shape (no HTML pages, no pydantic internals)."""
-    app = FastAPI(title="llmcore", docs_url=None, redoc_url=None, openapi_url=None)
-
-    def error(err: APIError, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse(err.body(), err.status, headers=headers)
-
-    @app.exception_handler(APIError)
-    async def api_error(request, err: APIError):
-        return error(err, {"Retry-After": "1"} if err.status == 503 else None)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request, err: HTTPException):
-        if err.status_code == 405:
-            allowed = (err.headers or {}).get("Allow", "")
-            return error(APIError(405, f"{request.method} is not allowed on "
-                                       f"{request.url.path}; use {allowed}"),
-                         {"Allow": allowed})
-        if err.status_code == 404:
-            return error(APIError(404, f"no route {request.url.path}; see "
-                                       "GET /v1/models, POST /v1/completions, POST "
-                                       "/v1/chat/completions, POST /tokenize, POST "
-                                       "/detokenize", code="not_found"))
-        return error(APIError(err.status_code, str(err.detail)))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request, err: RequestValidationError):
-        return error(APIError(422, "the request does not match this route"))
-
-    @app.exception_handler(Exception)
-    async def internal(request, err: Exception):
-        return error(APIError(500, f"internal error: {type(err).__name__}"))
-
-    def authorize(request: HTTPRequest) -> None:
-        if server.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {server.api_key}".encode()):
-            raise APIError(401, "missing or incorrect API key: send the header "
-                                "'Authorization: Bearer <key>'", code="invalid_api_key")
-
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
-    card = {"id": server.served.name, "object": "model", "created": server.created,
-            "owned_by": "llmcore", "max_model_len": server.served.context}
-
-    @v1.get("/models")
-    async def models():
-        return {"object": "list", "data": [card]}
-
-    @v1.get("/models/{model_id:path}")
-    async def model(model_id: str):
-        if model_id != card["id"]:
-            raise APIError(404, f"the model {model_id!r} does not exist; this server "
-                                f"serves {card['id']!r}", code="model_not_found")
-        return card
-
-    async def respond(request: HTTPRequest, parse):
-        reply = await server.handle(request, parse)
-        if reply is None:  # the client hung up; nobody reads this status
-            return Response(status_code=499)
-        if isinstance(reply, dict):
-            return reply
-        return StreamingResponse(reply, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-
-    @v1.post("/completions")
-    async def completions(request: HTTPRequest):
-        return await respond(request, parse_completion)
-
-    @v1.post("/chat/completions")
-    async def chat(request: HTTPRequest):
-        return await respond(request, parse_chat)
-
-    app.include_router(v1)
-
-    # vLLM's tokenizer endpoints, at its paths (outside /v1), where clients such as
-    # lm-evaluation-harness look for them. Unlike vLLM's, they need the API key too:
-    # tokenizing a megabyte is work that a stranger should not order.
-    tokenizer = APIRouter(dependencies=[Depends(authorize)])
-
-    @tokenizer.post("/tokenize")
-    async def tokenize(request: HTTPRequest):
-        body = await server.read_body(request)  # a long prompt: off the event loop
-        return await asyncio.to_thread(tokenize_reply, body, server.served)
-
-    @tokenizer.post("/detokenize")
-    async def detokenize(request: HTTPRequest):
-        body = await server.read_body(request)
-        return await asyncio.to_thread(detokenize_reply, body, server.served)
-
-    app.include_router(tokenizer)
-
-    @app.get("/health")
-    async def health():
-        if not server.worker.alive():
-            raise APIError(503, "the engine thread is not running")
-        return {"status": "ok"}
-
-    @app.get("/metrics")
-    async def metrics():
-        return Response(generate_latest(server.metrics.registry),
-                        media_type=CONTENT_TYPE_LATEST)
-
-    return app
 
 
 # %% chapters/10_server.ipynb § From the shell
@@ -923,4 +409,4 @@ if __name__ == "__main__" and sys.argv[0].endswith("server.py"):
     main()
 
 
-__all__ = ['EngineThread', 'Metrics', 'OpenAIServer', 'build_app', 'main']
+__all__ = ['OpenAIServer', 'main']

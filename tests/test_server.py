@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -332,6 +334,73 @@ def test_metrics_are_prometheus_text_and_count_each_request(url, client):
     assert grew('llmcore_time_to_first_token_seconds_bucket{le="+Inf"}') == 1
     assert after["llmcore_kv_blocks_free"] == after["llmcore_kv_blocks_total"]
 
+
+
+class _NoEngine:
+    """What the HTTP side gets for server.engine in the test below: any read fails."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the HTTP side read engine.{name}")
+
+
+def _reaches(root, target) -> bool:
+    """Whether `target` is reachable from `root` through attributes, containers,
+    bound methods and closures (not through modules, classes or a function's
+    globals)."""
+    seen, todo = set(), [root]
+    while todo:
+        obj = todo.pop()
+        if obj is target:
+            return True
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):
+            for cell in obj.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    todo.append(cell.cell_contents)
+        else:
+            todo += gc.get_referents(obj)
+    return False
+
+
+def test_the_gauges_are_set_by_the_engine_thread_alone(tiny, template):
+    """Only the engine thread reads the engine, /metrics included: Metrics holds no
+    engine, the HTTP side is handed none (a read of server.engine fails), and still
+    every gauge is right as soon as a reply has arrived, without waiting."""
+    with _in_process(tiny, template, max_batch=2) as server:
+        engine = server.engine
+        total = engine.blocks.num_blocks  # fixed at construction
+        assert _reaches(server.worker, engine)  # the walk finds an engine held
+        assert not _reaches(server.metrics, engine)
+        server.engine = _NoEngine()
+        try:
+            m = _metrics(server.url)
+            assert m["llmcore_kv_blocks_total"] == m["llmcore_kv_blocks_free"] == total
+            assert m["llmcore_requests_running"] == m["llmcore_preemptions"] == 0
+            client = _client(server.url)
+            stream = client.completions.create(model=MODEL, prompt=CODE,
+                                               max_tokens=900, temperature=0,
+                                               stream=True)
+            chunks = iter(stream)
+            next(chunks), next(chunks)
+            m = _metrics(server.url)  # set before the chunk was sent
+            assert m["llmcore_requests_running"] == 1
+            assert m["llmcore_kv_blocks_free"] < total
+            stream.close()  # the cancellation, too, is published by the engine thread
+            _wait_for(lambda: _idle(server.url), "the gauges show the cancellation")
+            for max_tokens in (3, 9):
+                reply = client.completions.create(model=MODEL, prompt=CODE,
+                                                  max_tokens=max_tokens, temperature=0)
+                assert reply.choices[0].text == _expected(
+                    tiny, CODE, max_tokens=max_tokens).text
+                m = _metrics(server.url)  # no waiting: set before the reply left
+                assert m["llmcore_kv_blocks_free"] == total
+                assert m["llmcore_requests_running"] == 0
+                assert m["llmcore_requests_waiting"] == 0
+            assert httpx.get(server.url + "/health", timeout=TIMEOUT).status_code == 200
+        finally:
+            server.engine = engine
 
 # --- 2. Completions -------------------------------------------------------------------
 def test_greedy_completion_equals_generate(client, tiny):
