@@ -1581,8 +1581,9 @@ def test_hanging_up_while_waiting_for_admission_dequeues(tiny, template):
     """max_batch=1: a long request runs, a second waits; the second hangs up."""
     with _in_process(tiny, template, max_batch=1) as server:
         engine, client = server.engine, _client(server.url)
+        # min_tokens: no EOS may end the first stream before the check below
         stream = client.completions.create(model=MODEL, prompt=CODE, max_tokens=900,
-                                           stream=True)
+                                           stream=True, extra_body={"min_tokens": 900})
         next(iter(stream))
         first = list(engine.running)
         body = json.dumps({"prompt": CODE, "max_tokens": 50}).encode()
