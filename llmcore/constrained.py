@@ -195,6 +195,12 @@ class JsonGrammar:
     def plain_step(key, b: int):
         return key
 
+    boundary_key = "S"  # json_step does not track UTF-8: every byte is a boundary
+
+    @staticmethod
+    def at_boundary(state: tuple) -> tuple:
+        return state
+
     @staticmethod
     def expected(state: tuple) -> None:
         """Which bytes could follow (a superset, to prune the trie walk): None, any;
@@ -210,28 +216,40 @@ def _plain(data: bytes) -> bool:
 _VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def vocabulary(tokenizer: Tokenizer) -> tuple[list[bytes], dict, dict, dict, dict]:
-    """(each token's bytes, a trie of every token, of the plain ones, of the others,
-    the plain tokens' masks found so far), special tokens left out; a trie maps a
-    byte to the next node, and None to the tokens that end there. Built once per
-    tokenizer (a real vocabulary takes seconds) and shared by every constraint over
-    it."""
+def _insert(trie: dict, data: bytes, token: int) -> None:
+    node = trie
+    for b in data:
+        node = node.setdefault(b, {})
+    node.setdefault(None, []).append(token)  # key None: the tokens that end here
+
+
+def vocabulary(tokenizer: Tokenizer) -> tuple:
+    """(each token's bytes, a trie of every token, a trie of the plain ones, a trie of
+    the others' tails, the others' heads, the masks found so far), special tokens left
+    out. A trie maps a byte to the next node, and None to the tokens that end there.
+    A token that is not plain is cut at its first quote, backslash or control byte:
+    its head is plain text, its tail starts there, and tokens with the same tail (say
+    `name":` and `value":`) share one path of the tail trie. Built once per tokenizer
+    (a real vocabulary takes seconds) and shared by every constraint over it."""
     if tokenizer in _VOCABULARIES:
         return _VOCABULARIES[tokenizer]
     special = set(tokenizer.special_tokens.values())
     token_bytes = [tokenizer.decode_bytes([t]) for t in range(tokenizer.vocab_size)]
     trie: dict = {}
     text_trie: dict = {}
-    other_trie: dict = {}
+    tail_trie: dict = {}
+    heads: list[tuple[int, bytes]] = []
     for token, data in enumerate(token_bytes):
         if token in special:
             continue
-        for root in (trie, text_trie if _plain(data) else other_trie):
-            node = root
-            for b in data:
-                node = node.setdefault(b, {})
-            node.setdefault(None, []).append(token)
-    _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, other_trie, {}
+        _insert(trie, data, token)
+        if _plain(data):
+            _insert(text_trie, data, token)
+            continue
+        cut = next(i for i, b in enumerate(data) if not _plain(bytes([b])))
+        _insert(tail_trie, data[cut:], token)
+        heads.append((token, data[:cut]))
+    _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, tail_trie, heads, {}
     return _VOCABULARIES[tokenizer]
 
 
@@ -271,10 +289,11 @@ class JsonConstraint:
         self.grammar = JsonGrammar(start) if grammar is None else grammar
         self.vocab_size, self.start = tokenizer.vocab_size, self.grammar.start
         self.max_states = max_states
-        # every token's bytes, and three tries: every token, the plain ones (walked
-        # once per free_text key, for every constraint over this vocabulary), the
-        # others (quote, backslash or control: walked per state)
-        (self.token_bytes, self.trie, self.text_trie, self.other_trie,
+        # every token's bytes and three tries: every token; the plain ones (walked
+        # once per free_text key, for every constraint over this vocabulary); the
+        # tails of the others (from their first quote, backslash or control byte:
+        # walked per state), with the heads before those tails
+        (self.token_bytes, self.trie, self.text_trie, self.tail_trie, self.heads,
          self._text_masks) = vocabulary(tokenizer)
         # The stack is part of the state, so a server meets ever more of them (every
         # nesting depth): every cache is bounded. state -> (allowed tokens, the most
@@ -307,7 +326,14 @@ class JsonConstraint:
             mask = torch.zeros(self.vocab_size, dtype=torch.bool)
             return mask, self._walk_trie(self.trie, state, left, mask)
         mask = self._text(key).clone()  # plain tokens: known from the key alone
-        worst = self._walk_trie(self.other_trie, state, left, mask)
+        # The others: a head of plain text, then a tail from a quote, backslash or
+        # control byte, which must find the string at a character boundary. So the
+        # tails are walked once, from the state at a boundary, and a token is
+        # allowed if its tail is and its head takes `key` to a boundary.
+        tails = torch.zeros(self.vocab_size, dtype=torch.bool)
+        worst = self._walk_trie(self.tail_trie, self.grammar.at_boundary(state),
+                                None, tails)
+        mask |= tails & self._text(key, heads=True)
         # a plain token leaves the string open, with at most 3 UTF-8 bytes pending
         return mask, max(worst, self.grammar.bytes_to_close(state) + 3)
 
@@ -340,12 +366,28 @@ class JsonConstraint:
         mask[found] = True
         return worst
 
-    def _text(self, key) -> torch.Tensor:
-        found = self._text_masks.get((self.grammar.plain_step, key))
+    def _text(self, key, heads: bool = False) -> torch.Tensor:
+        """The plain tokens allowed after `key` (or, with heads, the other tokens
+        whose head takes `key` to a character boundary), kept per vocabulary."""
+        found = self._text_masks.get((self.grammar.plain_step, key, heads))
         if found is None:
-            found = self._walk_text(key)
-            self._text_masks[self.grammar.plain_step, key] = found
+            found = self._walk_heads(key) if heads else self._walk_text(key)
+            self._text_masks[self.grammar.plain_step, key, heads] = found
         return found
+
+    def _walk_heads(self, key) -> torch.Tensor:
+        mask, found = torch.zeros(self.vocab_size, dtype=torch.bool), []
+        step, boundary = self.grammar.plain_step, self.grammar.boundary_key
+        for token, head in self.heads:
+            k = key
+            for b in head:
+                k = step(k, b)
+                if k is None:
+                    break
+            if k == boundary:
+                found.append(token)
+        mask[found] = True
+        return mask
 
     def _walk_text(self, key) -> torch.Tensor:
         mask, found = torch.zeros(self.vocab_size, dtype=torch.bool), []
@@ -1074,6 +1116,13 @@ class SchemaGrammar(CompiledSchema):
         return keys.pop() if len(keys) == 1 else None
 
     plain_step = staticmethod(utf8_step)
+    boundary_key = ()  # no UTF-8 bytes pending
+
+    def at_boundary(self, state: frozenset) -> frozenset:
+        """A free_text state with its pending UTF-8 bytes completed: where a quote,
+        backslash or control byte may come."""
+        return frozenset(stack[:-1] + (stack[-1][:2] + ((),) + stack[-1][3:],)
+                         for stack in state)
 
 
 def compile_schema(schema: dict | str) -> SchemaGrammar:
