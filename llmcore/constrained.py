@@ -208,9 +208,13 @@ class JsonGrammar:
         return None
 
 
+def _plain_byte(b: int) -> bool:
+    """A byte that, inside a string, is just text: no quote, backslash or control."""
+    return b >= 0x20 and b not in b'"\\'
+
+
 def _plain(data: bytes) -> bool:
-    """Bytes that, inside a string, are just text: no quote, backslash or control."""
-    return all(b >= 0x20 and b not in b'"\\' for b in data)
+    return all(map(_plain_byte, data))
 
 
 _VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -246,7 +250,7 @@ def vocabulary(tokenizer: Tokenizer) -> tuple:
         if _plain(data):
             _insert(text_trie, data, token)
             continue
-        cut = next(i for i, b in enumerate(data) if not _plain(bytes([b])))
+        cut = next(i for i, b in enumerate(data) if not _plain_byte(b))
         _insert(tail_trie, data[cut:], token)
         heads.append((token, data[:cut]))
     _VOCABULARIES[tokenizer] = token_bytes, trie, text_trie, tail_trie, heads, {}
@@ -530,10 +534,10 @@ class CompiledSchema:
                               f"{json.dumps(schema)}", "schema")
         if "$ref" in schema:
             return self._ref(schema, path)
-        for key in ("anyOf", "oneOf", "allOf", "not", "if", "pattern", "format",
+        for key in ("oneOf", "allOf", "not", "if", "pattern", "format",
                     "prefixItems", "patternProperties", "minProperties",
                     "maxProperties", "uniqueItems", "contains", "multipleOf"):
-            if key in schema and key != "anyOf":
+            if key in schema:
                 raise SchemaError(
                     f"{path}: '{key}' is not supported (supported: type, properties, "
                     "required, additionalProperties false, items, minItems, maxItems, "
@@ -852,8 +856,9 @@ class SchemaGrammar(CompiledSchema):
         else only the sign and whether it began with 0 (all the rest can be)."""
         if self.nodes[n][1] is not None or self.nodes[n][2] is not None:
             return text
-        first = text.lstrip("-")[:1]
-        return text[:1] * text.startswith("-") + (first if first in "0" else "1")
+        sign = "-" if text.startswith("-") else ""
+        first = text[len(sign):len(sign) + 1]  # "", "0", or a digit 1-9 (kept as 1)
+        return sign + (first if first in ("", "0") else "1")
 
     def _begin(self, rest: tuple, n: int, b: int, out: list) -> None:
         """Byte `b` begins a value of node `n`; `rest` is what follows the value."""
