@@ -106,6 +106,8 @@ class FusedProducts:
         self._copies: dict[tuple, tuple] = {}  # layer ids -> (keys, weight, bias)
 
     def __call__(self, linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
+        if any(not isinstance(lin, nn.Linear) for lin in linears):
+            return tuple(lin(x) for lin in linears)  # e.g. quantized layers (app. C)
         if len(linears) == 1:
             return (F.linear(x, linears[0].weight, linears[0].bias),)
         weight, bias = self.stacked(linears)
@@ -136,8 +138,10 @@ def matvec(weight: torch.Tensor, x: torch.Tensor,
 
 
 def streamed_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
-    """`block_forward`'s products inside the compiled graph: one matvec per layer."""
-    return tuple(matvec(lin.weight, x, lin.bias) for lin in linears)
+    """`block_forward`'s products inside the compiled graph: one matvec per layer. A
+    layer with a `streamed` method (a quantized one, appendix C) writes its own."""
+    return tuple(lin.streamed(x) if hasattr(lin, "streamed")
+                 else matvec(lin.weight, x, lin.bias) for lin in linears)
 
 
 def attend_slots(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor,
