@@ -571,4 +571,35 @@ MESSAGES: dict[str, str] = {
      "slot 0, and stop before the new position."):
         ("大小为 w 的窗口覆盖新词元及其之前的 w - 1 个位置；起点绝不低于槽位 0，"
          "并在新位置之前停止。"),
+    # chC.py:59
+    "codes are an integer tensor (e.g. torch.uint8), one code per value":
+        "codes 是整数张量（例如 torch.uint8），每个值对应一个码",
+    # chC.py:61
+    ("the scale is the largest |value| / 7: 2.1 / 7 = 0.3 here, where the largest "
+     "magnitude is negative"):
+        "scale 是最大的 |值| / 7：这里是 2.1 / 7 = 0.3，绝对值最大的那个值是负数",
+    # chC.py:63
+    "codes are round(v / scale) + 8, so that zero is code 8":
+        "codes 是 round(v / scale) + 8，于是 0 对应码 8",
+    # chC.py:65
+    "(codes - 8) * scale is within scale / 2 of every value of a random group":
+        "对一个随机组，(codes - 8) * scale 与每个值相差不超过 scale / 2",
+    # chC.py:67
+    "an all-zero group divides by no zero: a finite scale and every code 8":
+        "全零的组不能除以零：scale 是有限数，每个码都是 8",
+    # chC.py:69
+    ("with a given scale of 0.25, 3.0 and -4.0 clip to codes 15 and 0 (codes stay in "
+     "0..15)"):
+        ("给定 scale 为 0.25 时，3.0 和 -4.0 分别截断为码 15 和 0"
+         "（码始终在 0..15 之内）"),
+    # chC.py:110
+    ("int8 adds a scale per row; int4 is half a byte a weight over a row padded to "
+     "whole groups, plus a scale per group of each row."):
+        ("int8 每行多一个 scale；int4 每个权重占半个字节，每行先补齐到整数个组，"
+         "每行的每个组再加一个 scale。"),
+    # chC.py:131
+    ("each step takes fixed_s + bytes / bandwidth; the speed-up is the old step's time "
+     "over the new one's."):
+        ("每一步耗时 fixed_s + bytes / bandwidth；加速比是旧一步的耗时除以新一步的"
+         "耗时。"),
 }
