@@ -139,9 +139,9 @@ def matvec(weight: torch.Tensor, x: torch.Tensor,
 
 def streamed_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
     """`block_forward`'s products inside the compiled graph: one matvec per layer. A
-    layer with a `streamed` method (a quantized one, appendix C) writes its own."""
-    return tuple(lin.streamed(x) if hasattr(lin, "streamed")
-                 else matvec(lin.weight, x, lin.bias) for lin in linears)
+    layer that is not an nn.Linear (a quantized one, appendix C) computes its own."""
+    return tuple(matvec(lin.weight, x, lin.bias) if isinstance(lin, nn.Linear)
+                 else lin(x) for lin in linears)
 
 
 def attend_slots(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor,

@@ -2,16 +2,15 @@
 # DO NOT EDIT: edit the `#| export quant` cells there, then run `make export`.
 
 
-# %% chapters/C_quantization.ipynb § C_quantization
+# %% chapters/C_quantization.ipynb § Bytes per weight
 """Weight-only quantization and an int8 KV cache: fewer bytes per weight and per cached
 token (appendix C).
 
 int8 keeps one scale per output row; int4 keeps one scale per group of `group_size`
-inputs and packs two weights in a byte. `QuantLinear` holds either and multiplies as a
-dequantize-then-matmul that any loop can call; `quantize(model, fmt)` returns a copy of a
-model with its linear layers quantized. No compiler code lives here: `llmcore.fast`
-compiles a decode step that calls `QuantLinear.streamed`, and the compiler fuses the
-dequantization into the product.
+inputs and packs two weights in a byte. `QuantLinear` holds either; it multiplies with
+torch's CPU kernels for packed int8/int4 weights where they run, and otherwise
+dequantizes, then multiplies. `quantize(model, fmt)` returns a copy of a model with its
+linear layers quantized; `Int8KVPool` stores the engine's keys and values in int8.
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor,
     return codes.to(dtype) * scale.to(dtype)[:, None]
 
 
-# %% chapters/C_quantization.ipynb § C_quantization
+# %% chapters/C_quantization.ipynb § int4: two weights per byte, one scale per group
 def _check_group_size(group_size) -> None:
     if type(group_size) is not int or group_size < 2 or group_size % 2:
         raise ValueError(f"group_size must be an even int >= 2 (e.g. 32 or 128), "
@@ -84,14 +83,21 @@ def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, in_features: int,
     return weight.view(packed.shape[0], -1)[:, :in_features]
 
 
-# %% chapters/C_quantization.ipynb § C_quantization
+# %% chapters/C_quantization.ipynb § A quantized layer, a quantized model
+INT4_KERNEL_GROUPS = (32, 64, 128, 256)  # the group sizes torch's int4 kernel takes
+
+
 class QuantLinear(nn.Module):
     """A linear layer y = x W^T + b whose W is stored as int8 or int4 codes and scales.
 
-    `weight` is the dequantized matrix (in the scales' dtype), so every path that reads
-    a layer's weight works unchanged; `forward` multiplies with it (dequantize, then
-    matmul). `streamed(x)` computes the same product for one row as products and a sum
-    over the codes, the form a compiler fuses into one pass over the packed bytes.
+    `weight` is the dequantized matrix (in the scales' dtype), so code that reads a
+    layer's weight works unchanged. Two products:
+    - `dequantize_then_matmul(x)`: the whole matrix dequantized, then one matmul; the
+      path to read, and the one taken on a device without kernels;
+    - `kernel_product(x)`: torch's CPU kernels for int8 and int4 weights
+      (aten._weight_int8pack_mm, aten._weight_int4pack_mm_for_cpu), which read the
+      codes as they are, with activations rounded to bfloat16.
+    `forward` takes the kernel where `pack()` found it working (on the CPU).
     """
 
     def __init__(self, in_features: int, out_features: int, fmt: str = "int8",
@@ -117,11 +123,12 @@ class QuantLinear(nn.Module):
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if not bias else
                              torch.empty(out_features, device=device, dtype=dtype))
+        self._kernel: tuple | None = None  # set by pack(): what the kernel reads
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, fmt: str = "int8",
                     group_size: int = 32) -> "QuantLinear":
-        """The quantized copy of `linear` (its weight's device and dtype)."""
+        """The quantized copy of `linear` (its weight's device and dtype), packed."""
         w = linear.weight
         layer = cls(linear.in_features, linear.out_features, fmt, group_size,
                     linear.bias is not None, w.device, w.dtype)
@@ -133,7 +140,49 @@ class QuantLinear(nn.Module):
         layer.scale.copy_(scale)
         if linear.bias is not None:
             layer.bias.copy_(linear.bias.detach())
+        layer.pack()
         return layer
+
+    def pack(self) -> bool:
+        """Prepare what the CPU kernel reads and check it on one row against the
+        dequantized product; return whether `forward` will use it. Call again after
+        changing the codes or scales or moving the layer.
+
+        The kernels have shape rules: in this torch, the int8 kernel returns wrong
+        numbers unless the inputs are a multiple of 16 (so they are padded to a
+        multiple of 64), and the int4 kernel wants a multiple of 16 outputs and its own
+        layout of the codes (a second copy as large as the codes). Padding adds zero
+        weights, which change no output."""
+        self._kernel = None
+        if self.codes.device.type != "cpu" or (
+                self.fmt == "int4" and self.group_size not in INT4_KERNEL_GROUPS):
+            return False
+        with torch.no_grad():
+            try:
+                if self.fmt == "int8":
+                    codes = F.pad(self.codes, (0, -self.in_features % 64))
+                    self._kernel = (codes, self.scale.to(torch.bfloat16))
+                else:
+                    pad_out = -self.out_features % 16
+                    codes = unpack_int4(self.codes, self.scale.shape[1])
+                    codes = F.pad(codes.reshape(self.out_features, -1).to(torch.int32),
+                                  (0, 0, 0, pad_out), value=8)  # code 8: weight 0
+                    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+                        codes, 1)
+                    scale = F.pad(self.scale, (0, 0, 0, pad_out))
+                    zeros = torch.zeros_like(scale)  # symmetric: no zero point
+                    scales_zeros = torch.stack([scale.t(), zeros.t()], dim=-1)
+                    self._kernel = (packed, scales_zeros.to(torch.bfloat16)
+                                    .contiguous())
+                x = torch.linspace(-1, 1, self.in_features, dtype=self.scale.dtype)
+                want = self.dequantize_then_matmul(x[None])
+                error = (self.kernel_product(x[None]) - want).norm()
+                close = bool(error <= 0.02 * want.norm() + 1e-6)  # bf16's rounding
+            except (RuntimeError, NotImplementedError):  # no such kernel in this torch
+                close = False
+        if not close:
+            self._kernel = None
+        return self._kernel is not None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -142,29 +191,29 @@ class QuantLinear(nn.Module):
         return dequantize_int4(self.codes, self.scale, self.in_features,
                                self.scale.dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def dequantize_then_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight.to(x.dtype),
                         None if self.bias is None else self.bias.to(x.dtype))
 
-    def streamed(self, x: torch.Tensor) -> torch.Tensor:
-        """x (1, in) times the weight, transposed: (1, out). Written so that a compiler
-        reads each packed byte once, converts it in registers and never stores W."""
+    def kernel_product(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self.fmt == "int8":
-            y = (self.codes.to(x.dtype) * x[..., None, :]).sum(-1)
-            y = y * self.scale.to(x.dtype)
+            codes, scale = self._kernel
+            rows = F.pad(rows, (0, codes.shape[1] - self.in_features))
+            y = torch.ops.aten._weight_int8pack_mm(rows, codes, scale)
         else:
-            out, groups = self.scale.shape
-            half = self.group_size // 2
-            x = F.pad(x, (0, groups * self.group_size - self.in_features))
-            # each group's inputs times its scale: (out, groups, 2, half); the low
-            # codes meet the first half of the group, the high codes the second
-            sx = self.scale.to(x.dtype)[..., None] * x.view(1, groups, self.group_size)
-            sx = sx.view(out, groups, 2, half)
-            p = self.codes.view(out, groups, half)
-            low = (p & 15).to(x.dtype) - 8
-            high = (p >> 4).to(x.dtype) - 8
-            y = (low * sx[:, :, 0] + high * sx[:, :, 1]).sum((-1, -2))[None]
+            rows = F.pad(rows, (0, self.scale.shape[1] * self.group_size
+                                - self.in_features))
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                rows, self._kernel[0], self.group_size, self._kernel[1])
+            y = y[:, :self.out_features]
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._kernel is not None and x.device.type == "cpu":
+            return self.kernel_product(x)
+        return self.dequantize_then_matmul(x)
 
     @property
     def nbytes(self) -> int:
@@ -175,10 +224,11 @@ class QuantLinear(nn.Module):
     def extra_repr(self) -> str:
         group = f", group_size={self.group_size}" if self.fmt == "int4" else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"fmt={self.fmt}{group}, bias={self.bias is not None}")
+                f"fmt={self.fmt}{group}, bias={self.bias is not None}, "
+                f"kernel={self._kernel is not None}")
 
 
-# %% chapters/C_quantization.ipynb § C_quantization
+# %% chapters/C_quantization.ipynb § A quantized layer, a quantized model
 def _check_model(model) -> None:
     if not isinstance(model, nn.Module) or not hasattr(model, "cfg"):
         raise TypeError(f"expected an llmcore Transformer, got {type(model).__name__}"
@@ -220,7 +270,53 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-# %% chapters/C_quantization.ipynb § C_quantization
+# %% chapters/C_quantization.ipynb § An int8 KV cache
+from llmcore.model_runner import KVPool  # noqa: E402  (chapter 9's pool, subclassed)
+
+
+class Int8KVPool(KVPool):
+    """Chapter 9's KV pool with keys and values stored as int8 codes: one float32 scale
+    per (layer, K or V, kv head, slot), the largest |value| of that token's head_dim
+    values / 127, as `quantize_int8` does for a row of weights. Reads dequantize into
+    the model's dtype, so attention runs as before. `Engine(..., kv_pool=Int8KVPool)`
+    serves with it; `kv_memory` then buys bytes_per_token's smaller tokens.
+
+    One thing stays exact: a prompt that is computed whole in one pass attends over its
+    own keys as computed (attend() never reads them back); every later read sees the
+    int8 ones."""
+
+    @classmethod
+    def bytes_per_token(cls, cfg, dtype=None) -> int:
+        """Codes and scales of one token, K and V, all layers: 2 x layers x kv heads
+        x (head_dim + 4) bytes, whatever the model's dtype."""
+        return 2 * cfg.n_layers * cfg.n_kv_heads * (cfg.head_dim + 4)
+
+    def _allocate(self, cfg, slots: int) -> None:
+        shape = (cfg.n_layers, 2, cfg.n_kv_heads, slots)
+        self.codes = torch.zeros(*shape, cfg.head_dim, dtype=torch.int8,
+                                 device=self.device)
+        self.scales = torch.zeros(shape, dtype=torch.float32, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        return self.codes.nbytes + self.scales.nbytes
+
+    def _write(self, layer_idx: int, slots: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> None:
+        kv = torch.stack([k, v])  # (2, n_kv_heads, tokens, head_dim)
+        codes, scale = quantize_int8(kv.flatten(0, 2))  # one scale per token and head
+        self.codes[layer_idx].index_copy_(2, slots, codes.view(kv.shape))
+        self.scales[layer_idx].index_copy_(2, slots, scale.view(kv.shape[:3]))
+
+    def _read(self, layer_idx: int, slots: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        codes = self.codes[layer_idx].index_select(2, slots)  # (2, heads, n, head_dim)
+        scale = self.scales[layer_idx].index_select(2, slots)
+        kv = (codes.float() * scale[..., None]).to(self.dtype)
+        return kv[0], kv[1]
+
+
+# %% chapters/C_quantization.ipynb § Saving and serving a quantized model
 QUANT_FILE = "model.safetensors"
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
               "chat_template.jinja")
@@ -301,9 +397,67 @@ def load_quantized(path: str | Path, device=None, dtype=None) -> nn.Module:
                          f"missing {sorted(expected - set(state))[:5]}, unexpected "
                          f"{sorted(set(state) - expected)[:5]}")
     model.load_state_dict(state, strict=False, assign=True)
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            m.pack()
     return model.eval()
 
 
+# %% chapters/C_quantization.ipynb § Serving a quantized model
+import sys  # noqa: E402  (for the __main__ guard below)
+
+KV_CACHE_DTYPES = ("auto", "int8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m llmcore.quant --model tiny --quantization int8 --kv-cache-dtype int8:
+    llmcore.server with quantized weights and/or an int8 KV cache."""
+    from llmcore.hf import load_pretrained
+    from llmcore.server import build_parser, run
+
+    parser = build_parser(prog="python -m llmcore.quant")
+    parser.description = ("An OpenAI-compatible llmcore server with quantized weights "
+                          "and KV cache")
+    parser.add_argument("--quantization", choices=FORMATS, help="quantize the weights "
+                        "as they load: int8 (a scale per output row) or int4 (a scale "
+                        "per --group-size inputs); default: as stored")
+    parser.add_argument("--group-size", type=int, default=32,
+                        help="int4: inputs per scale (default 32)")
+    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto",
+                        help="auto: the model's dtype; int8: codes and a float32 "
+                        "scale per token and head (Int8KVPool)")
+    args = parser.parse_args(argv)
+    if args.quantization == "int4":
+        try:
+            _check_group_size(args.group_size)
+        except ValueError as err:
+            parser.error(f"--group-size: {err}")
+
+    def load(directory: Path, device=None, dtype=None) -> nn.Module:
+        config = json.loads((directory / "config.json").read_text())
+        method = (config.get("quantization_config") or {}).get("quant_method")
+        if method == "llmcore":  # written by save_quantized
+            if args.quantization:
+                parser.error(f"--model {args.model} is already quantized "
+                             f"({config['quantization_config']['fmt']}); drop "
+                             "--quantization")
+            return load_quantized(directory, device, dtype)
+        model = load_pretrained(directory, device=device, dtype=dtype)
+        if args.quantization:
+            model = quantize(model, args.quantization, args.group_size)
+        return model
+
+    run(args, load_model=load,
+        kv_pool=Int8KVPool if args.kv_cache_dtype == "int8" else None)
+
+
+# `python -m llmcore.quant`. A notebook kernel runs this cell as __main__ too, with its
+# own command line, so the script's file name is checked as well.
+if __name__ == "__main__" and sys.argv[0].endswith("quant.py"):
+    main()
+
+
 __all__ = ['FORMATS', 'quantize_int8', 'dequantize_int8', 'quantize_int4',
-           'unpack_int4', 'dequantize_int4', 'QuantLinear', 'quantize', 'weight_bytes',
-           'QUANT_FILE', 'SIDE_FILES', 'save_quantized', 'load_quantized']
+           'unpack_int4', 'dequantize_int4', 'INT4_KERNEL_GROUPS', 'QuantLinear',
+           'quantize', 'weight_bytes', 'Int8KVPool', 'QUANT_FILE', 'SIDE_FILES',
+           'save_quantized', 'load_quantized', 'KV_CACHE_DTYPES', 'main']

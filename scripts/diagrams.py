@@ -885,6 +885,7 @@ STRIP_HIGHLIGHT = {
     "12": _PATH_KEYS,
     "A": ("embedding", "attention"),  # the model itself
     "B": ("decode",),
+    "C": ("decode", "kv"),  # fewer bytes per weight and per cached token
 }
 STRIP_OFF_FC, STRIP_OFF_EC = "#F4F4F4", "#C4C4C4"  # a stage this chapter does not cover
 
