@@ -12,6 +12,10 @@ def test_every_claim_is_listed_once_with_a_section_link():
     rows = [line for line in PAGE.read_text().splitlines() if re.match(r"\| C\d+ \|", line)]
     claims = [re.match(r"\| (C\d+) \|", row)[1] for row in rows]
     assert claims == [f"C{i}" for i in range(1, 25)]
+    # "Beyond the article": the appendices' own claims, X1, X2, ... in order
+    extra = re.findall(r"^\| (X\d+) \|", PAGE.read_text(), re.MULTILINE)
+    assert extra == [f"X{i}" for i in range(1, len(extra) + 1)]
+    rows += [line for line in PAGE.read_text().splitlines() if re.match(r"\| X\d+ \|", line)]
     for row in rows:
         links = re.findall(r"\]\(\.\./chapters/\w+\.ipynb#[\w-]+\)", row)
         assert links, f"{row[:40]}... links to no chapter section"
@@ -24,11 +28,11 @@ def _slug(title: str) -> str:
 
 def test_each_linked_section_labels_its_claims():
     """Every section the index links to says, under its heading, which claim it shows."""
-    rows = [line for line in PAGE.read_text().splitlines() if re.match(r"\| C\d+ \|", line)]
+    rows = [line for line in PAGE.read_text().splitlines() if re.match(r"\| [CX]\d+ \|", line)]
     chapters = PAGE.parents[1] / "chapters"
     missing = []
     for row in rows:
-        claim = re.match(r"\| (C\d+) \|", row)[1]
+        claim = re.match(r"\| ([CX]\d+) \|", row)[1]
         for name, anchor in re.findall(r"\]\(\.\./chapters/(\w+\.ipynb)#([\w-]+)\)", row):
             cells = json.loads((chapters / name).read_text())["cells"]
             sections = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
