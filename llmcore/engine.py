@@ -31,7 +31,8 @@ import torch
 
 from llmcore.block_manager import BlockManager
 from llmcore.generate import Reply, default_eos_ids
-from llmcore.model_runner import Chunk, ModelRunner, blocks_for_memory
+from llmcore.model_runner import (Chunk, KVPool, ModelRunner, _check_pool,
+                                  blocks_for_memory)
 from llmcore.request import Completion, Request, RequestState, TokenLogprob
 from llmcore.sampling import PenaltyState, Sampler, make_generator
 from llmcore.scheduler import Scheduler, StepPlan
@@ -113,7 +114,9 @@ class Engine:
     text and allows stop strings and JSON constraints. eos_token_ids: stop ids for every
     request (default: the tokenizer's EOS ids; none without a tokenizer). clock: the
     seconds the engine stamps its timelines with (injectable for tests). history: steps
-    kept in `stats.recent`.
+    kept in `stats.recent`. kv_pool: the class of the KV pool (KVPool, or a subclass
+    that stores keys and values in another form, e.g. appendix C's int8 pool); it also
+    gives kv_memory's bytes per token.
     """
 
     def __init__(self, model, num_blocks: int | None = None, block_size: int = 16,
@@ -123,14 +126,15 @@ class Engine:
                  token_budget: int | None = None, admission: str = "reserve",
                  prefix_caching: bool = False, kv_memory: int | float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 history: int = 10_000):
+                 history: int = 10_000, kv_pool: type[KVPool] = KVPool):
+        _check_pool(kv_pool, "kv_pool")
         if (num_blocks is None) == (kv_memory is None):
             raise ValueError("give the KV pool's size as num_blocks or as kv_memory "
                              "(bytes, or a fraction of free GPU memory), not both "
                              "and not neither")
         if num_blocks is None:
             num_blocks = blocks_for_memory(model.cfg, model.dtype, block_size,
-                                           kv_memory, model.device)
+                                           kv_memory, model.device, kv_pool)
         if type(num_blocks) is not int or num_blocks < 1:
             raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
         self.model, self.device = model, model.device
@@ -141,7 +145,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.blocks, max_batch, token_budget, admission,
                                    static)
-        self.runner = ModelRunner(model, num_blocks, block_size)
+        self.runner = ModelRunner(model, num_blocks, block_size, pool=kv_pool)
         self.sampler = Sampler(seed)
         self.stats = StepStats(history)
         self._clock = clock

@@ -47,29 +47,6 @@ def kv_bytes_per_token(cfg: ModelConfig, dtype: torch.dtype) -> int:
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * itemsize
 
 
-def blocks_for_memory(cfg: ModelConfig, dtype: torch.dtype, block_size: int,
-                      kv_memory: int | float, device: torch.device) -> int:
-    """How many KV blocks fit in `kv_memory`: bytes (an int), or a fraction in (0, 1]
-    of the free memory of a CUDA device (a float)."""
-    if isinstance(kv_memory, bool) or not isinstance(kv_memory, (int, float)):
-        raise TypeError(f"kv_memory must be bytes (int) or a fraction of free GPU "
-                        f"memory (float), got {kv_memory!r}")
-    if isinstance(kv_memory, float):
-        if not 0 < kv_memory <= 1:
-            raise ValueError(f"a kv_memory fraction must lie in (0, 1], "
-                             f"got {kv_memory}")
-        if device.type != "cuda":
-            raise ValueError("a kv_memory fraction is of free GPU memory; on "
-                             f"{device.type} give bytes (an int), e.g. 2 * 2**30")
-        free, _ = torch.cuda.mem_get_info(device)
-        kv_memory = int(free * kv_memory)
-    per_block = kv_bytes_per_token(cfg, dtype) * block_size
-    if kv_memory < per_block:
-        raise ValueError(f"kv_memory={kv_memory:,} bytes holds no block: one block of "
-                         f"{block_size} tokens takes {per_block:,} bytes")
-    return kv_memory // per_block
-
-
 class KVPool:
     """Keys and values of every request, in one tensor of blocks: (n_layers, 2,
     n_kv_heads, num_blocks * block_size, head_dim). Token position p of a request lives
@@ -77,25 +54,51 @@ class KVPool:
 
     It serves the model as its kv_cache for one flat pass at a time: `prepare(chunks)`
     maps the pass's tokens to slots and plans each query's attention; the model then
-    calls begin_forward() once and attend() in every layer."""
+    calls begin_forward() once and attend() in every layer. attend() touches the
+    storage only through `_write` and `_read`, so that a subclass can store keys and
+    values in another form (appendix C's int8 pool) by replacing `_allocate`,
+    `_write`, `_read`, `nbytes` and `bytes_per_token`."""
 
     def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int,
                  device: torch.device, dtype: torch.dtype):
         self.block_size, self.num_blocks = block_size, num_blocks
         self.window = cfg.sliding_window
         self.group = cfg.n_heads // cfg.n_kv_heads  # query heads per kv head
-        self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads,
-                                num_blocks * block_size, cfg.head_dim,
-                                device=device, dtype=dtype)
+        self.device, self.dtype = torch.device(device), dtype
+        self._allocate(cfg, num_blocks * block_size)
         self._pass: dict | None = None
+
+    # The storage: how keys and values are kept, written and read back
+    @classmethod
+    def bytes_per_token(cls, cfg: ModelConfig, dtype: torch.dtype) -> int:
+        """Bytes one token's keys and values take in this pool, all layers."""
+        return kv_bytes_per_token(cfg, dtype)
+
+    def _allocate(self, cfg: ModelConfig, slots: int) -> None:
+        self.pool = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads, slots, cfg.head_dim,
+                                device=self.device, dtype=self.dtype)
 
     @property
     def nbytes(self) -> int:
         return self.pool.nbytes
 
+    def _write(self, layer_idx: int, slots: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> None:
+        """Store k, v (n_kv_heads, tokens, head_dim) at `slots` (tokens,)."""
+        layer = self.pool[layer_idx]  # (2, n_kv_heads, slots, head_dim)
+        layer[0].index_copy_(1, slots, k)
+        layer[1].index_copy_(1, slots, v)
+
+    def _read(self, layer_idx: int, slots: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values at `slots` (n,): each (n_kv_heads, n, head_dim), in
+        the model's dtype."""
+        layer = self.pool[layer_idx]
+        return layer[0].index_select(1, slots), layer[1].index_select(1, slots)
+
     def prepare(self, chunks: Sequence[Chunk]) -> None:
         """Plan the pass over `chunks` (laid out end to end, in this order)."""
-        bs, device = self.block_size, self.pool.device
+        bs, device = self.block_size, self.device
         slots, decodes, spans = [], [], []
         row = 0
         for chunk in chunks:
@@ -121,7 +124,7 @@ class KVPool:
         row, and which of them each row may see (up to its position, within the
         window). Grouping by length keeps one long row from padding every short one;
         the groups are cut where they minimize the padded keys read."""
-        bs, device = self.block_size, self.pool.device
+        bs, device = self.block_size, self.device
         order = sorted(range(len(decodes)), key=lambda i: decodes[i][1])
         widths = [decodes[i][1] + 1 for i in order]  # keys each row reads
         n, inf = len(order), float("inf")
@@ -166,7 +169,7 @@ class KVPool:
     def _span_plan(self, row: int, n: int, start: int, table: list[int]):
         """For a chunk of n > 1 tokens: its rows, the slots of every key it reads
         (positions 0 .. start + n - 1) and the mask (None: plain causal over itself)."""
-        bs, device = self.block_size, self.pool.device
+        bs, device = self.block_size, self.device
         end = start + n
         if start == 0 and (self.window is None or n <= self.window):
             return row, n, None, None
@@ -197,18 +200,16 @@ class KVPool:
         then attention of each query q (1, n_heads, tokens, head_dim) over its own
         request's keys: (1, n_heads, tokens, head_dim)."""
         plan = self._pass
-        layer = self.pool[layer_idx]  # (2, n_kv_heads, slots, head_dim)
-        layer[0].index_copy_(1, plan["slots"], k[0])
-        layer[1].index_copy_(1, plan["slots"], v[0])
+        self._write(layer_idx, plan["slots"], k[0], v[0])
         _, n_heads, t, d = q.shape
         h = k.shape[1]
         rep = n_heads // h  # query head kv * rep + r reads kv head kv
         out = torch.empty_like(q[0])  # (n_heads, tokens, head_dim)
         for rows, slots, visible in plan["decodes"]:
             r, width = slots.shape
-            flat = slots.flatten()
-            keys = layer[0].index_select(1, flat).view(h, r, width, d).transpose(0, 1)
-            values = layer[1].index_select(1, flat).view(h, r, width, d).transpose(0, 1)
+            keys, values = self._read(layer_idx, slots.flatten())
+            keys = keys.view(h, r, width, d).transpose(0, 1)
+            values = values.view(h, r, width, d).transpose(0, 1)
             # each row's rep query heads of a kv head as rep queries: K/V read once
             qs = q[0][:, rows].view(h, rep, r, d).permute(2, 0, 1, 3)
             o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=visible)
@@ -220,8 +221,7 @@ class KVPool:
                     qs[None], k[:, :, row:row + n], v[:, :, row:row + n],
                     is_causal=True, enable_gqa=True)[0]
                 continue
-            keys = layer[0].index_select(1, slots)  # (h, keys, head_dim)
-            values = layer[1].index_select(1, slots)
+            keys, values = self._read(layer_idx, slots)  # (h, keys, head_dim) each
             # each kv head's rep query heads stacked: (h, rep * n, d), K/V read once
             grouped = qs.reshape(h, rep * n, d)
             o = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
@@ -229,13 +229,49 @@ class KVPool:
         return out[None]
 
 
-class ModelRunner:
-    """Runs the model over a step's chunks in one flat pass; owns the KV pool."""
+def blocks_for_memory(cfg: ModelConfig, dtype: torch.dtype, block_size: int,
+                      kv_memory: int | float, device: torch.device,
+                      pool: type[KVPool] = KVPool) -> int:
+    """How many KV blocks fit in `kv_memory`: bytes (an int), or a fraction in (0, 1]
+    of the free memory of a CUDA device (a float), a token taking
+    `pool.bytes_per_token(cfg, dtype)` bytes."""
+    if isinstance(kv_memory, bool) or not isinstance(kv_memory, (int, float)):
+        raise TypeError(f"kv_memory must be bytes (int) or a fraction of free GPU "
+                        f"memory (float), got {kv_memory!r}")
+    if isinstance(kv_memory, float):
+        if not 0 < kv_memory <= 1:
+            raise ValueError(f"a kv_memory fraction must lie in (0, 1], "
+                             f"got {kv_memory}")
+        if device.type != "cuda":
+            raise ValueError("a kv_memory fraction is of free GPU memory; on "
+                             f"{device.type} give bytes (an int), e.g. 2 * 2**30")
+        free, _ = torch.cuda.mem_get_info(device)
+        kv_memory = int(free * kv_memory)
+    per_block = pool.bytes_per_token(cfg, dtype) * block_size
+    if kv_memory < per_block:
+        raise ValueError(f"kv_memory={kv_memory:,} bytes holds no block: one block of "
+                         f"{block_size} tokens takes {per_block:,} bytes")
+    return kv_memory // per_block
 
-    def __init__(self, model: Transformer, num_blocks: int, block_size: int):
+
+def _check_pool(pool, name: str = "pool") -> type[KVPool]:
+    if not (isinstance(pool, type) and issubclass(pool, KVPool)):
+        raise TypeError(f"{name} must be KVPool or a subclass of it, the class itself "
+                        f"(e.g. {name}=KVPool or llmcore.quant.Int8KVPool), got "
+                        f"{pool!r}")
+    return pool
+
+
+class ModelRunner:
+    """Runs the model over a step's chunks in one flat pass; owns the KV pool (an
+    instance of `pool`: KVPool or a subclass)."""
+
+    def __init__(self, model: Transformer, num_blocks: int, block_size: int, *,
+                 pool: type[KVPool] = KVPool):
         self.model = model
         self.device = model.device
-        self.kv = KVPool(model.cfg, num_blocks, block_size, model.device, model.dtype)
+        self.kv = _check_pool(pool)(model.cfg, num_blocks, block_size, model.device,
+                                    model.dtype)
 
     def run(self, chunks: Sequence[Chunk]) -> list[torch.Tensor | None]:
         """One forward pass over `chunks`; for each, its logits (rows, vocab) at the
@@ -265,4 +301,4 @@ class ModelRunner:
         return [logits[a:a + n] if n else None for a, n in spans]
 
 
-__all__ = ['Chunk', 'kv_bytes_per_token', 'blocks_for_memory', 'KVPool', 'ModelRunner']
+__all__ = ['Chunk', 'kv_bytes_per_token', 'KVPool', 'blocks_for_memory', 'ModelRunner']

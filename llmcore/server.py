@@ -41,6 +41,7 @@ from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
 from llmcore.engine_thread import EngineThread, _Events
 from llmcore.metrics import Metrics
+from llmcore.model_runner import KVPool
 from llmcore.request import Request
 from llmcore.responses import ResponseWriter
 from llmcore.routes import build_app
@@ -100,6 +101,7 @@ class OpenAIServer:
     kv_memory: bytes for the KV pool, or a fraction of free GPU memory; num_blocks: the
     pool in blocks instead (default, with neither: max_batch full-context sequences).
     token_budget, admission, prefix_caching: the Engine's scheduling (chapter 9).
+    kv_pool: the class of the Engine's KV pool (e.g. appendix C's int8 pool).
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
     read_timeout: seconds a client has to send a request's head (else the connection is
@@ -114,14 +116,15 @@ class OpenAIServer:
                  read_timeout: float = 10.0, keep_alive: float = 5.0,
                  host: str = "127.0.0.1", port: int = 0,
                  token_budget: int | None = None, admission: str = "reserve",
-                 prefix_caching: bool = False, kv_memory: int | float | None = None):
+                 prefix_caching: bool = False, kv_memory: int | float | None = None,
+                 kv_pool: type[KVPool] = KVPool):
         context = model.cfg.max_position_embeddings
         if num_blocks is None and kv_memory is None:
             num_blocks = max_batch * -(-context // block_size)
         self.engine = Engine(model, num_blocks, block_size, max_batch,
                              tokenizer=tokenizer, token_budget=token_budget,
                              admission=admission, prefix_caching=prefix_caching,
-                             kv_memory=kv_memory, history=1024)
+                             kv_memory=kv_memory, history=1024, kv_pool=kv_pool)
         self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
                                   chat_template, limits)
         self.prefix_caching = prefix_caching
@@ -331,16 +334,13 @@ def _memory(text: str) -> int | float:
         ) from None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000"""
+def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentParser:
+    """The server's command line. Another module can add its own flags to it and
+    serve with run() (appendix C's `python -m llmcore.quant` does)."""
     import argparse
     import os
 
-    from llmcore.chat import ChatTemplate, model_dir
-    from llmcore.hf import load_pretrained
-    from llmcore.tokenizer import Tokenizer
-
-    parser = argparse.ArgumentParser(prog="python -m llmcore.server",
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="An OpenAI-compatible llmcore server")
     parser.add_argument("--model", default="tiny",
                         help="a bundled name, a checkpoint directory or a Hub id")
@@ -376,13 +376,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trace-memory", action="store_true", help="trace "
                         "Python allocations with tracemalloc: the gauge "
                         "llmcore_python_heap_bytes (slows the server)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
+        load_model=None) -> None:
+    """Serve the model that `args` (build_parser's, parsed) name until Ctrl-C.
+    load_model(directory, device, dtype) loads it (default: llmcore.hf.load_pretrained);
+    model_transform(model), if given, returns the model to serve instead (e.g. a
+    quantized copy); kv_pool: the KV pool's class (default KVPool)."""
+    from llmcore.chat import ChatTemplate, model_dir
+    from llmcore.hf import load_pretrained
+    from llmcore.tokenizer import Tokenizer
+
     if args.trace_memory:
         tracemalloc.start()
     import torch
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
     directory = model_dir(args.model)
-    model = load_pretrained(directory, device=args.device, dtype=args.dtype)
+    model = (load_model or load_pretrained)(directory, device=args.device,
+                                            dtype=args.dtype)
+    if model_transform is not None:
+        model = model_transform(model)
+    kv_pool = KVPool if kv_pool is None else kv_pool
     try:
         template = ChatTemplate.from_pretrained(directory)
     except ValueError as err:
@@ -396,11 +412,17 @@ def main(argv: list[str] | None = None) -> None:
                           max_waiting=args.max_waiting, api_key=args.api_key,
                           host=args.host, port=args.port,
                           token_budget=args.token_budget, admission=args.admission,
-                          prefix_caching=args.prefix_caching)
+                          prefix_caching=args.prefix_caching, kv_pool=kv_pool)
+    pool = "" if kv_pool is KVPool else f" in a {kv_pool.__name__}"
     print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
           f"(max_batch {args.max_batch}, "
-          f"{server.engine.blocks.num_blocks} KV blocks)", flush=True)
+          f"{server.engine.blocks.num_blocks} KV blocks{pool})", flush=True)
     server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000"""
+    run(build_parser().parse_args(argv))
 
 
 # `python -m llmcore.server`. A notebook kernel runs this cell as __main__ too, with its
@@ -409,4 +431,4 @@ if __name__ == "__main__" and sys.argv[0].endswith("server.py"):
     main()
 
 
-__all__ = ['OpenAIServer', 'main']
+__all__ = ['OpenAIServer', 'build_parser', 'run', 'main']
