@@ -139,9 +139,11 @@ def matvec(weight: torch.Tensor, x: torch.Tensor,
 
 def streamed_products(linears: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple:
     """`block_forward`'s products inside the compiled graph: one matvec per layer. A
-    layer that is not an nn.Linear (a quantized one, appendix C) computes its own."""
+    layer that is not an nn.Linear (a quantized one, appendix C) computes its own, with
+    its `streamed` method where it has one."""
     return tuple(matvec(lin.weight, x, lin.bias) if isinstance(lin, nn.Linear)
-                 else lin(x) for lin in linears)
+                 else lin.streamed(x) if hasattr(lin, "streamed") else lin(x)
+                 for lin in linears)
 
 
 def attend_slots(keys: torch.Tensor, values: torch.Tensor, q: torch.Tensor,

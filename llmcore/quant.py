@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from llmcore.model_runner import KVPool
 
 FORMATS = ("int8", "int4")
 
@@ -77,7 +80,8 @@ def unpack_int4(packed: torch.Tensor, n_groups: int) -> torch.Tensor:
 
 def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, in_features: int,
                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The weight (out, in_features) that packed int4 codes and group scales stand for."""
+    """The weight (out, in_features) that packed int4 codes and group scales stand
+    for."""
     codes = unpack_int4(packed, scale.shape[1]).to(dtype) - 8
     weight = codes * scale.to(dtype)[..., None]
     return weight.view(packed.shape[0], -1)[:, :in_features]
@@ -210,6 +214,16 @@ class QuantLinear(nn.Module):
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
+    def streamed(self, x: torch.Tensor) -> torch.Tensor:
+        """The product for the one row of a compiled decode step (appendix B's
+        FastDecoder calls it). int8 as products and a sum: the compiler turns it into
+        one pass that converts each code in registers, faster here than the kernel;
+        int4 through the kernel (its unpacking does not fuse well)."""
+        if self.fmt == "int4":
+            return self(x)
+        y = (self.codes.to(x.dtype) * x[..., None, :]).sum(-1) * self.scale.to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._kernel is not None and x.device.type == "cpu":
             return self.kernel_product(x)
@@ -271,9 +285,6 @@ def weight_bytes(model: nn.Module) -> int:
 
 
 # %% chapters/C_quantization.ipynb § An int8 KV cache
-from llmcore.model_runner import KVPool  # noqa: E402  (chapter 9's pool, subclassed)
-
-
 class Int8KVPool(KVPool):
     """Chapter 9's KV pool with keys and values stored as int8 codes: one float32 scale
     per (layer, K or V, kv head, slot), the largest |value| of that token's head_dim
@@ -316,7 +327,7 @@ class Int8KVPool(KVPool):
         return kv[0], kv[1]
 
 
-# %% chapters/C_quantization.ipynb § Saving and serving a quantized model
+# %% chapters/C_quantization.ipynb § Saving a quantized model
 QUANT_FILE = "model.safetensors"
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
               "chat_template.jinja")
@@ -404,8 +415,6 @@ def load_quantized(path: str | Path, device=None, dtype=None) -> nn.Module:
 
 
 # %% chapters/C_quantization.ipynb § Serving a quantized model
-import sys  # noqa: E402  (for the __main__ guard below)
-
 KV_CACHE_DTYPES = ("auto", "int8")
 
 
