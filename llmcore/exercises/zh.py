@@ -602,4 +602,40 @@ MESSAGES: dict[str, str] = {
      "over the new one's."):
         ("每一步耗时 fixed_s + bytes / bandwidth；加速比是旧一步的耗时除以新一步的"
          "耗时。"),
+    # chD.py:73
+    "world=3 gives a list of 3 partial outputs, each (batch, out) = (3, 6)":
+        "world=3 时返回 3 个部分输出组成的列表，每个形状都是 (batch, out) = (3, 6)",
+    # chD.py:75
+    ("the partial outputs of 2 ranks add up to the unsharded silu(x @ w_up.T) @ "
+     "w_down.T"):
+        "2 个 rank 的部分输出相加，等于不分片的 silu(x @ w_up.T) @ w_down.T",
+    # chD.py:77
+    "the partial outputs of 3 ranks add up to the unsharded product":
+        "3 个 rank 的部分输出相加，等于不分片的乘积",
+    # chD.py:79
+    ("rank r holds rows 4r .. 4r + 3 of w_up and the same columns of w_down (a "
+     "contiguous block each, as llmcore's shard_slice cuts them)"):
+        ("rank r 持有 w_up 的第 4r .. 4r + 3 行和 w_down 的相同几列"
+         "（各是一个连续的块，与 llmcore 的 shard_slice 切法相同）"),
+    # chD.py:82
+    "one rank's only partial output is the whole product":
+        "只有一个 rank 时，它唯一的部分输出就是完整的乘积",
+    # chD.py:83
+    "world=5 does not divide the 12 hidden units: raise ValueError":
+        "world=5 不能整除 12 个隐藏单元：必须抛出 ValueError",
+    # chD.py:85
+    "w_up, w_down and x are left as they were":
+        "w_up、w_down 和 x 保持原样，不被修改",
+    # chD.py:110
+    ("each block all-reduces twice (after attention, after the MLP) and the embedding "
+     "once more, dim values per sequence each time, dtype_bytes a value."):
+        ("每个块做两次全归约（注意力之后、MLP 之后），嵌入层再做一次，"
+         "每次每个序列 dim 个值，每个值 dtype_bytes 字节。"),
+    # chD.py:150
+    ("try N = 1, 2, ..., 8 in order; skip an N that does not divide the KV heads; N "
+     "fits when params_billion * dtype_bytes / N + kv_reserve_gb <= gpu_gb; raise "
+     "ValueError when no N up to 8 fits."):
+        ("按顺序试 N = 1, 2, ..., 8；跳过不能整除 KV 头数的 N；"
+         "当 params_billion * dtype_bytes / N + kv_reserve_gb <= gpu_gb 时 N 放得下；"
+         "到 8 为止都放不下就抛出 ValueError。"),
 }
