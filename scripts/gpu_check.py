@@ -1,6 +1,6 @@
 """Run the book on a CUDA GPU in one command and keep every result (issue 17).
 
-    python scripts/gpu_check.py                  # on a CUDA machine: about 8 minutes
+    python scripts/gpu_check.py                  # on a CUDA machine: about 9 minutes
     python scripts/gpu_check.py --dry-run        # the same steps, CPU, tiny shapes
     python scripts/gpu_check.py --steps env,measure --archive /tmp/gpu.tar.gz
 
@@ -19,15 +19,22 @@ and the next step runs; the whole run stops starting steps at --total-budget):
   bench       bench/decode.py on the device in bfloat16 and float32 for the
               qwen2.5-0.5b and smollm2-135m shapes (llmcore vs transformers, the copy
               bandwidth measured in the same rounds)
+  parallel    appendix D's tensor parallelism over NCCL on min(2, GPUs) ranks: the
+              tiny model's logits against the single-process model (max |diff| < 1e-4),
+              decode steps (batch 8, prompt 64, 32 steps) with every collective
+              recorded: median step and collective time, their share, and the bytes
+              of a step against 2 x n_layers x batch x dim x itemsize (+ the
+              embedding's all-reduce and the logits' all-gather); with one GPU, NCCL
+              cannot form 2 ranks, so the same runs also go over gloo on 2 CPU ranks
   cuda_tests  the `cuda`-marked tests
   tests       the test suite (all but the site build) with LLMCORE_DEVICE set
   notebooks   every chapter executed on the device into <results>/notebooks/ (the
               committed CPU outputs are never touched); errors listed per notebook;
               the outputs of the GPU-guarded cells copied to gpu_cells.json and PNGs
 
-env, measure and bench run one at a time, so their timings see an idle GPU; then
-cuda_tests, tests and notebooks run side by side (--jobs > 1). Everything lands in one
-folder, printed at the end: summary.json and summary.md (each step's status, seconds
+env, measure, bench and parallel run one at a time, so their timings see an idle GPU;
+then cuda_tests, tests and notebooks run side by side (--jobs > 1). Everything lands in
+one folder, printed at the end: summary.json and summary.md (each step's status, seconds
 and headline figures), one JSON per figure, PNG plots, logs/, junit XML. --archive
 writes that folder as one .tar.gz as well (the device tool brings back at most 8 files).
 
@@ -60,14 +67,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-STEPS = ("env", "measure", "bench", "cuda_tests", "tests", "notebooks")
-EXCLUSIVE = ("env", "measure", "bench")  # timings: the GPU to themselves
+STEPS = ("env", "measure", "bench", "parallel", "cuda_tests", "tests", "notebooks")
+EXCLUSIVE = ("env", "measure", "bench", "parallel")  # timings: the GPU to themselves
 BUDGETS = {  # seconds per step on a GPU machine
-    "env": 30, "measure": 90, "bench": 180,
+    "env": 30, "measure": 90, "bench": 180, "parallel": 60,
     "cuda_tests": 150, "tests": 330, "notebooks": 330,
 }
 DRY_BUDGETS = {
-    "env": 60, "measure": 60, "bench": 90,
+    "env": 60, "measure": 60, "bench": 90, "parallel": 60,
     "cuda_tests": 60, "tests": 90, "notebooks": 150,
 }
 DRY_NOTEBOOKS = ("00_setup", "03_embeddings")
@@ -88,6 +95,10 @@ MEASURE_SHAPE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
                      num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6,
                      max_position_embeddings=32768, tie_word_embeddings=True,
                      attention_bias=True, architectures=["Qwen2ForCausalLM"])
+# the parallel step's sizes: the parity prompts (rows, tokens) and the decode run
+PARALLEL_SIZES = dict(parity=(4, 64), batch=8, prompt_len=64, steps=32, warm=4)
+DRY_PARALLEL_SIZES = dict(parity=(2, 16), batch=2, prompt_len=8, steps=8, warm=2)
+PARALLEL_TOLERANCE = 1e-4  # max |logit difference| in float32
 DRY_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=128,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=4096,
@@ -142,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(STEPS)}")
     parser.add_argument("--total-budget", type=float,
                         help="seconds after which no step starts or runs on "
-                        "(default: 480; 180 with --dry-run)")
+                        "(default: 540; 180 with --dry-run)")
     parser.add_argument("--budget", action="append", default=[], metavar="STEP=S",
                         help="override one step's budget in seconds (repeatable)")
     parser.add_argument("--jobs", type=int, help="parallel notebooks, and whether "
@@ -153,7 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: tests/, without the site build)")
     parser.add_argument("--archive", type=Path, help="also write the results "
                         "folder as this .tar.gz")
-    parser.add_argument("--worker", choices=["env", "measure"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["env", "measure", "parallel"],
+                        help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -202,7 +214,7 @@ def make_plan(args: argparse.Namespace, slug: str | None = None,
                   "--new-tokens", "128", "--repeat", "3"]
                  for d in ("bfloat16", "float32")]
     jobs = args.jobs or (1 if dry else 4)
-    total = args.total_budget or (180.0 if dry else 480.0)
+    total = args.total_budget or (180.0 if dry else 540.0)
     return Plan(device, dry, Path(out), steps, budgets, total, jobs, notebooks, tests,
                 bench)
 
@@ -307,7 +319,8 @@ def _status(code: int | None) -> tuple[str, str | None]:
 
 
 def step_worker(plan: Plan, name: str):
-    """A step that runs this script's own worker (env, measure) in a subprocess."""
+    """A step that runs this script's own worker (env, measure, parallel) in a
+    subprocess."""
     def fn(result: StepResult, deadline: float):
         cmd = [plan.python, str(Path(__file__).resolve()), "--worker", name,
                "--out", str(plan.out), "--device", plan.device]
@@ -853,9 +866,176 @@ def plot_bench(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def parallel_runs(device: str, gpus: int) -> list[tuple[str, int]]:
+    """(backend, ranks) of each run of the parallel step: NCCL on min(2, GPUs) ranks
+    on a GPU machine, and gloo on 2 CPU ranks as well where one GPU cannot make two
+    NCCL ranks; gloo on 2 ranks on a CPU."""
+    if not device.startswith("cuda"):
+        return [("gloo", 2)]
+    world = max(1, min(2, gpus))
+    return [("nccl", world)] + ([("gloo", 2)] if world < 2 else [])
+
+
+def comm_report(ranks: list[dict], batch: int, warm: int) -> dict:
+    """The decode steps of `tp_decode_comm` (one record per rank) summed up: rank 0's
+    median step and collective times after `warm` steps and their share, and every
+    rank's collectives of every step against the formula: the layers' all-reduces
+    send 2 x n_layers x batch x dim x itemsize bytes, the embedding's all-reduce
+    batch x dim x itemsize more, the logits' all-gather batch x vocab_rows x itemsize
+    (a single rank sends nothing)."""
+    first, world = ranks[0], len(ranks)
+    act = batch * first["dim"] * first["itemsize"]
+    formula = 2 * first["n_layers"] * act
+    expected = {}
+    if world > 1:
+        expected = {"all_reduce": [2 * first["n_layers"] + 1, formula + act],
+                    "all_gather": [1, batch * first["vocab_rows"] * first["itemsize"]]}
+
+    def counted(step) -> dict:
+        out: dict = {}
+        for op, nbytes, _ in step:
+            n, total = out.get(op, [0, 0])
+            out[op] = [n + 1, total + nbytes]
+        return out
+
+    wrong = [[rank, i] for rank, r in enumerate(ranks)
+             for i, step in enumerate(r["steps"]) if counted(step) != expected]
+    timed = slice(warm, None) if len(first["seconds"]) > warm else slice(None)
+    step_s = statistics.median(first["seconds"][timed])
+    comm_s = statistics.median(sum(e[2] for e in s) for s in first["steps"][timed])
+    last = counted(first["steps"][-1]) if first["steps"] else {}
+    layers = last.get("all_reduce", [0, 0])[1] - (act if world > 1 else 0)
+    return {
+        "ranks": world, "batch": batch, "dim": first["dim"],
+        "n_layers": first["n_layers"], "itemsize": first["itemsize"],
+        "threads per rank": first["threads"], "steps": len(first["seconds"]),
+        "timed steps": len(first["seconds"][timed]),
+        "median step ms": round(step_s * 1e3, 4),
+        "median collective ms": round(comm_s * 1e3, 4),
+        "collective share": round(comm_s / step_s, 4) if step_s else None,
+        "collectives per step": {op: n for op, (n, _) in last.items()},
+        "bytes per step": {op: b for op, (_, b) in last.items()},
+        "layers' all-reduce bytes per step": layers,
+        "formula 2 x n_layers x batch x dim x itemsize": formula if world > 1 else 0,
+        "expected per step": {op: {"count": n, "bytes": b}
+                              for op, (n, b) in expected.items()},
+        "bytes as the formula": not wrong,
+        "steps not as the formula [rank, step]": wrong[:8],
+    }
+
+
+def _short_error(err: BaseException) -> str:
+    """First and last line of an error (launch's carry a rank's whole traceback)."""
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()] or [""]
+    tail = f" ... {lines[-1].strip()}" if len(lines) > 1 else ""
+    return f"{type(err).__name__}: {lines[0]}{tail}"[:600]
+
+
+def worker_parallel(plan: Plan) -> dict:
+    """Appendix D's tensor parallelism on the device, as parallel.json (rewritten after
+    each part, so a step killed at its budget keeps what it measured): for each run
+    (backend, ranks) of `parallel_runs`, the tiny model's logits through
+    `llmcore.parallel.tp_logits` against the single-process model, and the decode
+    steps of `tp_decode_comm` through `comm_report`."""
+    import torch
+
+    from llmcore import parallel
+    from llmcore.chat import model_dir
+    from llmcore.hf import load_pretrained
+    sizes = DRY_PARALLEL_SIZES if plan.dry_run else PARALLEL_SIZES
+    cuda = plan.device.startswith("cuda")
+    gpus = torch.cuda.device_count() if cuda else 0
+    runs = parallel_runs(plan.device, gpus)
+    data: dict = {"device": plan.device, "gpus": gpus, "model": "tiny",
+                  "dtype": "float32", "sizes": sizes, "tolerance": PARALLEL_TOLERANCE,
+                  "runs": {}, "errors": {}}
+    if cuda and gpus < 2:
+        data["note"] = (f"{gpus} GPU here: NCCL ran on 1 rank, which sends nothing, so "
+                        "its step time is one GPU's; timing NCCL collectives needs 2 "
+                        "GPUs. The bytes check ran over gloo on 2 CPU ranks.")
+    timeout = 60.0 if plan.dry_run else 120.0
+    rows, length = sizes["parity"]
+    gen = torch.Generator().manual_seed(0)
+    vocab = json.loads((model_dir("tiny") / "config.json").read_text())["vocab_size"]
+    ids = torch.randint(vocab, (rows, length), generator=gen).tolist()
+
+    def save():
+        data["headline"] = parallel_headline(data)
+        (plan.out / "parallel.json").write_text(
+            json.dumps(data, indent=1, default=str) + "\n")
+
+    def part(name, fn):
+        start = time.perf_counter()
+        try:
+            fn()
+        except Exception as err:
+            data["errors"][name] = _short_error(err)
+            traceback.print_exc()
+        print(f"parallel/{name}: {time.perf_counter() - start:.1f} s", flush=True)
+        save()
+
+    for backend, world in runs:
+        where = "cuda" if backend == "nccl" else "cpu"
+        label = f"{backend} x{world} ({where})"
+        run = data["runs"].setdefault(label, {"backend": backend, "ranks": world,
+                                              "device": where})
+
+        def parity():
+            whole = load_pretrained(model_dir("tiny"), device=where, dtype="float32")
+            with torch.inference_mode():
+                ref = whole(torch.tensor(ids, device=where)).float().cpu()
+            del whole
+            got = parallel.launch(parallel.tp_logits, world, "tiny", ids, "float32",
+                                  backend=backend, timeout=timeout)
+            diff = max(float((g - ref).abs().max()) for g in got)
+            run["logits max |diff|"] = diff
+            run["ranks hold the same logits"] = all(torch.equal(got[0], g)
+                                                    for g in got)
+            run["parity ok"] = diff < PARALLEL_TOLERANCE
+            if not run["parity ok"]:
+                raise AssertionError(f"max |logit difference| {diff:.2e} >= "
+                                     f"{PARALLEL_TOLERANCE:g}")
+
+        def comm():
+            got = parallel.launch(parallel.tp_decode_comm, world, "tiny",
+                                  sizes["batch"], sizes["prompt_len"], sizes["steps"],
+                                  "float32", backend=backend, timeout=timeout)
+            run["decode"] = comm_report(got, sizes["batch"], sizes["warm"])
+            if not run["decode"]["bytes as the formula"]:
+                raise AssertionError("collectives differ from the formula at [rank, "
+                                     "step] " + str(run["decode"][
+                                         "steps not as the formula [rank, step]"]))
+
+        part(f"{label} parity", parity)
+        part(f"{label} decode", comm)
+    return data
+
+
+def parallel_headline(data: dict) -> dict:
+    head = {}
+    if data.get("note"):
+        head["note"] = data["note"]
+    for label, run in data.get("runs", {}).items():
+        row = {}
+        if "logits max |diff|" in run:
+            row["logits max |diff|"] = float(f"{run['logits max |diff|']:.3g}")
+            row["parity ok"] = run["parity ok"]
+        decode = run.get("decode")
+        if decode:
+            for key in ("median step ms", "median collective ms", "collective share",
+                        "bytes per step", "layers' all-reduce bytes per step",
+                        "formula 2 x n_layers x batch x dim x itemsize",
+                        "bytes as the formula"):
+                row[key] = decode[key]
+        head[label] = row
+    return head
+
+
 def run_worker(plan: Plan, name: str) -> int:
     plan.out.mkdir(parents=True, exist_ok=True)
-    data = worker_env(plan) if name == "env" else worker_measure(plan)
+    workers = {"env": worker_env, "measure": worker_measure,
+               "parallel": worker_parallel}
+    data = workers[name](plan)
     (plan.out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str)
                                            + "\n")
     return 0
@@ -888,8 +1068,9 @@ def write_summary(plan: Plan, results: dict[str, StepResult], started: str,
     for name in plan.steps:
         r = results.get(name)
         if r:
+            note = r.error or r.detail.get("note") or ""
             lines.append(f"| {name} | {r.status} | {r.seconds:.0f} | {r.budget:.0f} | "
-                         f"{(r.error or '').replace('|', '/')[:200]} |")
+                         f"{str(note).replace('|', '/')[:200]} |")
     for name in plan.steps:
         r = results.get(name)
         if r and r.detail:
@@ -926,6 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
         "env": lambda: step_worker(plan, "env"),
         "measure": lambda: step_worker(plan, "measure"),
         "bench": lambda: step_bench(plan),
+        "parallel": lambda: step_worker(plan, "parallel"),
         "cuda_tests": lambda: step_pytest(plan, "cuda_tests",
                                           ["-m", "cuda", *plan.tests]),
         "tests": lambda: step_pytest(plan, "tests", ["-m", "not book", *plan.tests],

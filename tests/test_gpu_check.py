@@ -30,11 +30,12 @@ def _plan(tmp_path, **changes) -> Plan:
     return plan
 
 
-def test_the_gpu_plan_runs_everything_within_eight_minutes():
+def test_the_gpu_plan_runs_everything_within_nine_minutes():
     plan = gpu_check.make_plan(gpu_check.parse_args([]), slug="nvidia-h200", now=NOW)
     assert plan.device == "cuda" and not plan.dry_run
     assert plan.out == ROOT / "results" / "gpu" / "2026-12-01-0930-nvidia-h200"
-    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 480
+    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 540
+    assert "parallel" in plan.steps and "parallel" in gpu_check.EXCLUSIVE
     chapters = sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb"))
     assert sorted(Path(n).name for n in plan.notebooks) == chapters
     assert plan.tests == ["tests"] and plan.jobs > 1
@@ -201,3 +202,56 @@ def test_a_short_dry_run_end_to_end(tmp_path, capsys):
     assert cuda["tests"] == ran > 0  # collected; skipped without a GPU
     with tarfile.open(archive) as tar:
         assert f"{out.name}/summary.json" in tar.getnames()
+
+
+def test_the_parallel_step_plan_and_its_byte_count(tmp_path):
+    """NCCL where there are GPUs, gloo on 2 CPU ranks besides where one GPU cannot
+    make 2; the collectives of each step counted against the formula."""
+    assert gpu_check.parallel_runs("cuda", 1) == [("nccl", 1), ("gloo", 2)]
+    assert gpu_check.parallel_runs("cuda", 8) == [("nccl", 2)]
+    assert gpu_check.parallel_runs("cpu", 0) == [("gloo", 2)]
+    assert set(gpu_check.BUDGETS) == set(gpu_check.DRY_BUDGETS) == set(gpu_check.STEPS)
+    # n_layers 2, batch 2, dim 4, float32: 2 x 2 x 2 x 4 x 4 = 128 bytes in the layers,
+    # 32 for the embedding, 2 x 8 x 4 = 64 in the logits' all-gather
+    step = [("all_reduce", 32, 0.001)] * 5 + [("all_gather", 64, 0.002)]
+    rank = {"steps": [step] * 3, "seconds": [0.5, 0.01, 0.01], "dim": 4,
+            "n_layers": 2, "vocab_rows": 8, "itemsize": 4, "threads": 1}
+    report = gpu_check.comm_report([rank, rank], batch=2, warm=1)
+    assert report["bytes as the formula"] and report["timed steps"] == 2
+    assert report["bytes per step"] == {"all_reduce": 160, "all_gather": 64}
+    assert report["layers' all-reduce bytes per step"] == 128
+    assert report["formula 2 x n_layers x batch x dim x itemsize"] == 128
+    assert report["median step ms"] == 10.0 and report["collective share"] == 0.7
+    short = {**rank, "steps": [step, step, step[1:]]}  # one all-reduce missing
+    report = gpu_check.comm_report([rank, short], batch=2, warm=1)
+    assert not report["bytes as the formula"]
+    assert report["steps not as the formula [rank, step]"] == [[1, 2]]
+    alone = {**rank, "steps": [[]] * 3}  # one rank sends nothing
+    assert gpu_check.comm_report([alone], batch=2, warm=1)["bytes as the formula"]
+    # the note (NCCL timing needs 2 GPUs) reaches the summary's table
+    data = {"note": "NCCL timing needs 2 GPUs", "runs": {"nccl x1 (cuda)": {
+        "logits max |diff|": 0.0, "parity ok": True}}}
+    head = gpu_check.parallel_headline(data)
+    assert head["nccl x1 (cuda)"] == {"logits max |diff|": 0.0, "parity ok": True}
+    plan = _plan(tmp_path, steps=["parallel"])
+    result = StepResult("parallel", "ok", 1.0, 60.0, head)
+    gpu_check.write_summary(plan, {"parallel": result}, "now", 1.0)
+    assert ("| parallel | ok | 1 | 60 | NCCL timing needs 2 GPUs |"
+            in (tmp_path / "summary.md").read_text())
+
+
+def test_the_parallel_step_dry_run_on_two_gloo_ranks(tmp_path):
+    """The step end to end on the CPU: 2 ranks' logits equal the single-process
+    model's, and each decode step sends the formula's bytes (about 15 s; the step's
+    budget bounds it, and its ranks are ended with it)."""
+    out = tmp_path / "run"
+    code = gpu_check.main(["--dry-run", "--steps", "parallel", "--out", str(out),
+                           "--budget", "parallel=50"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["ok"], (out / "summary.md").read_text()
+    head = summary["steps"]["parallel"]["detail"]["gloo x2 (cpu)"]
+    assert head["parity ok"] and head["logits max |diff|"] < 1e-4
+    assert head["bytes as the formula"]
+    assert head["layers' all-reduce bytes per step"] == 2 * 6 * 2 * 256 * 4  # tiny
+    data = json.loads((out / "parallel.json").read_text())
+    assert not data["errors"] and data["sizes"]["batch"] == 2
