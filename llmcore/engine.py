@@ -116,7 +116,8 @@ class Engine:
     seconds the engine stamps its timelines with (injectable for tests). history: steps
     kept in `stats.recent`. kv_pool: the class of the KV pool (KVPool, or a subclass
     that stores keys and values in another form, e.g. appendix C's int8 pool); it also
-    gives kv_memory's bytes per token.
+    gives kv_memory's bytes per token. runner: the class of the model runner
+    (ModelRunner, or a subclass, e.g. appendix D's, which drives several processes).
     """
 
     def __init__(self, model, num_blocks: int | None = None, block_size: int = 16,
@@ -126,8 +127,13 @@ class Engine:
                  token_budget: int | None = None, admission: str = "reserve",
                  prefix_caching: bool = False, kv_memory: int | float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 history: int = 10_000, kv_pool: type[KVPool] = KVPool):
+                 history: int = 10_000, kv_pool: type[KVPool] = KVPool,
+                 runner: type[ModelRunner] = ModelRunner):
         _check_pool(kv_pool, "kv_pool")
+        if not (isinstance(runner, type) and issubclass(runner, ModelRunner)):
+            raise TypeError(f"runner must be ModelRunner or a subclass of it, the "
+                            f"class itself (e.g. appendix D's ParallelRunner), got "
+                            f"{runner!r}")
         if (num_blocks is None) == (kv_memory is None):
             raise ValueError("give the KV pool's size as num_blocks or as kv_memory "
                              "(bytes, or a fraction of free GPU memory), not both "
@@ -145,7 +151,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.blocks, max_batch, token_budget, admission,
                                    static)
-        self.runner = ModelRunner(model, num_blocks, block_size, pool=kv_pool)
+        self.runner = runner(model, num_blocks, block_size, pool=kv_pool)
         self.sampler = Sampler(seed)
         self.stats = StepStats(history)
         self._clock = clock

@@ -15,7 +15,7 @@ from llmcore.attention import (
     ATTENTION_IMPLEMENTATIONS, Attention, KVCacheProtocol,
 )
 from llmcore.layers import (
-    RMSNorm, SwiGLU, embedding_lookup, rope_cos_sin, rope_frequencies,
+    RMSNorm, SwiGLU, rope_cos_sin, rope_frequencies,
 )
 
 
@@ -189,7 +189,9 @@ class Transformer(nn.Module):
         if kv_cache is not None:
             kv_cache.begin_forward(positions)
 
-        x = embedding_lookup(input_ids, self.embed.weight)
+        # embedding_lookup(input_ids, self.embed.weight), through the module, so that
+        # another embedding (appendix D's split one) can take its place
+        x = self.embed(input_ids)
         # RoPE tables are computed once per call and shared by every layer (they
         # depend only on positions).
         inv_freq = rope_frequencies(

@@ -41,7 +41,7 @@ from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
 from llmcore.engine_thread import EngineThread, _Events
 from llmcore.metrics import Metrics
-from llmcore.model_runner import KVPool
+from llmcore.model_runner import KVPool, ModelRunner
 from llmcore.request import Request
 from llmcore.responses import ResponseWriter
 from llmcore.routes import build_app
@@ -101,7 +101,8 @@ class OpenAIServer:
     kv_memory: bytes for the KV pool, or a fraction of free GPU memory; num_blocks: the
     pool in blocks instead (default, with neither: max_batch full-context sequences).
     token_budget, admission, prefix_caching: the Engine's scheduling (chapter 9).
-    kv_pool: the class of the Engine's KV pool (e.g. appendix C's int8 pool).
+    kv_pool: the class of the Engine's KV pool (e.g. appendix C's int8 pool); runner:
+    the class of its model runner (e.g. appendix D's, over several processes).
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
     read_timeout: seconds a client has to send a request's head (else the connection is
@@ -117,14 +118,16 @@ class OpenAIServer:
                  host: str = "127.0.0.1", port: int = 0,
                  token_budget: int | None = None, admission: str = "reserve",
                  prefix_caching: bool = False, kv_memory: int | float | None = None,
-                 kv_pool: type[KVPool] = KVPool):
+                 kv_pool: type[KVPool] = KVPool,
+                 runner: type[ModelRunner] = ModelRunner):
         context = model.cfg.max_position_embeddings
         if num_blocks is None and kv_memory is None:
             num_blocks = max_batch * -(-context // block_size)
         self.engine = Engine(model, num_blocks, block_size, max_batch,
                              tokenizer=tokenizer, token_budget=token_budget,
                              admission=admission, prefix_caching=prefix_caching,
-                             kv_memory=kv_memory, history=1024, kv_pool=kv_pool)
+                             kv_memory=kv_memory, history=1024, kv_pool=kv_pool,
+                             runner=runner)
         self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
                                   chat_template, limits)
         self.prefix_caching = prefix_caching
@@ -373,6 +376,9 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
     parser.add_argument("--threads", type=int, help="the engine's intra-op threads "
                         "(default: one less than torch's default, so that the HTTP "
                         "side has a core of its own)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="split the model over this many processes, one per GPU "
+                        "(or CPU processes): appendix D's tensor parallelism")
     parser.add_argument("--trace-memory", action="store_true", help="trace "
                         "Python allocations with tracemalloc: the gauge "
                         "llmcore_python_heap_bytes (slows the server)")
@@ -380,11 +386,22 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
 
 
 def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
-        load_model=None) -> None:
+        load_model=None, runner: type[ModelRunner] | None = None) -> None:
     """Serve the model that `args` (build_parser's, parsed) name until Ctrl-C.
     load_model(directory, device, dtype) loads it (default: llmcore.hf.load_pretrained);
     model_transform(model), if given, returns the model to serve instead (e.g. a
-    quantized copy); kv_pool: the KV pool's class (default KVPool)."""
+    quantized copy); kv_pool: the KV pool's class (default KVPool); runner: the model
+    runner's class (default ModelRunner). With --tensor-parallel-size N > 1, this
+    process becomes rank 0 of N (appendix D's llmcore.parallel starts the others)."""
+    size = getattr(args, "tensor_parallel_size", 1)
+    if type(size) is not int or size < 1:
+        raise ValueError(f"--tensor-parallel-size must be an int >= 1, got {size!r}")
+    if size > 1 and runner is None:
+        if model_transform is not None or kv_pool is not None or load_model is not None:
+            raise ValueError("--tensor-parallel-size serves the checkpoint as it is: "
+                             "it does not combine with quantization or another pool")
+        from llmcore.parallel import serve_tensor_parallel  # appendix D
+        return serve_tensor_parallel(args, run)
     from llmcore.chat import ChatTemplate, model_dir
     from llmcore.hf import load_pretrained
     from llmcore.tokenizer import Tokenizer
@@ -412,7 +429,8 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
                           max_waiting=args.max_waiting, api_key=args.api_key,
                           host=args.host, port=args.port,
                           token_budget=args.token_budget, admission=args.admission,
-                          prefix_caching=args.prefix_caching, kv_pool=kv_pool)
+                          prefix_caching=args.prefix_caching, kv_pool=kv_pool,
+                          runner=runner or ModelRunner)
     pool = "" if kv_pool is KVPool else f" in a {kv_pool.__name__}"
     print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
           f"(max_batch {args.max_batch}, "
@@ -422,7 +440,10 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
 
 def main(argv: list[str] | None = None) -> None:
     """python -m llmcore.server --model tiny --host 127.0.0.1 --port 8000"""
-    run(build_parser().parse_args(argv))
+    try:
+        run(build_parser().parse_args(argv))
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has closed; no traceback
+        print("llmcore: stopped", flush=True)
 
 
 # `python -m llmcore.server`. A notebook kernel runs this cell as __main__ too, with its
