@@ -886,6 +886,7 @@ STRIP_HIGHLIGHT = {
     "A": ("embedding", "attention"),  # the model itself
     "B": ("decode",),
     "C": ("decode", "kv"),  # fewer bytes per weight and per cached token
+    "D": ("attention", "kv", "machine"),  # layers and cache split over devices
 }
 STRIP_OFF_FC, STRIP_OFF_EC = "#F4F4F4", "#C4C4C4"  # a stage this chapter does not cover
 
