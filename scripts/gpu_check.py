@@ -1,6 +1,6 @@
 """Run the book on a CUDA GPU in one command and keep every result (issue 17).
 
-    python scripts/gpu_check.py                  # on a CUDA machine: about 9 minutes
+    python scripts/gpu_check.py                  # on a CUDA machine: about 10 minutes
     python scripts/gpu_check.py --dry-run        # the same steps, CPU, tiny shapes
     python scripts/gpu_check.py --steps env,measure --archive /tmp/gpu.tar.gz
 
@@ -26,17 +26,25 @@ and the next step runs; the whole run stops starting steps at --total-budget):
               of a step against 2 x n_layers x batch x dim x itemsize (+ the
               embedding's all-reduce and the logits' all-gather); with one GPU, NCCL
               cannot form 2 ranks, so the same runs also go over gloo on 2 CPU ranks
+  kernels     appendix E's Triton kernels against PyTorch, bfloat16, 32 query heads
+              over 8 kv heads of 128: flash_attention against SDPA's flash backend
+              (causal, 1k-16k tokens) as FLOP/s, and paged_decode (one pass and
+              split-K) against KVPool.attend (batch 16 and 64, contexts 1k-16k in
+              shuffled blocks of 16) as bytes of K/V read per second, each against
+              the device's measured peaks, outputs checked against the reference;
+              --dry-run: the same through Triton's interpreter on tiny shapes
   cuda_tests  the `cuda`-marked tests
   tests       the test suite (all but the site build) with LLMCORE_DEVICE set
   notebooks   every chapter executed on the device into <results>/notebooks/ (the
               committed CPU outputs are never touched); errors listed per notebook;
               the outputs of the GPU-guarded cells copied to gpu_cells.json and PNGs
 
-env, measure, bench and parallel run one at a time, so their timings see an idle GPU;
-then cuda_tests, tests and notebooks run side by side (--jobs > 1). Everything lands in
-one folder, printed at the end: summary.json and summary.md (each step's status, seconds
-and headline figures), one JSON per figure, PNG plots, logs/, junit XML. --archive
-writes that folder as one .tar.gz as well (the device tool brings back at most 8 files).
+env, measure, bench, parallel and kernels run one at a time, so their timings see an
+idle GPU; then cuda_tests, tests and notebooks run side by side (--jobs > 1).
+Everything lands in one folder, printed at the end: summary.json and summary.md (each
+step's status, seconds and headline figures), one JSON per figure, PNG plots, logs/,
+junit XML. --archive writes that folder as one .tar.gz as well (the device tool brings
+back at most 8 files).
 
 --dry-run runs the same script on the CPU (LLMCORE_DEVICE=cpu, one thread, tiny shapes,
 two notebooks, two test files) in under 3 minutes, so a GPU minute is never spent on a
@@ -67,14 +75,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-STEPS = ("env", "measure", "bench", "parallel", "cuda_tests", "tests", "notebooks")
-EXCLUSIVE = ("env", "measure", "bench", "parallel")  # timings: the GPU to themselves
+STEPS = ("env", "measure", "bench", "parallel", "kernels", "cuda_tests", "tests",
+         "notebooks")
+# timings: the GPU to themselves
+EXCLUSIVE = ("env", "measure", "bench", "parallel", "kernels")
 BUDGETS = {  # seconds per step on a GPU machine
-    "env": 30, "measure": 90, "bench": 180, "parallel": 60,
+    "env": 30, "measure": 90, "bench": 180, "parallel": 60, "kernels": 90,
     "cuda_tests": 150, "tests": 330, "notebooks": 330,
 }
 DRY_BUDGETS = {
-    "env": 60, "measure": 60, "bench": 90, "parallel": 60,
+    "env": 60, "measure": 60, "bench": 90, "parallel": 60, "kernels": 60,
     "cuda_tests": 60, "tests": 90, "notebooks": 150,
 }
 DRY_NOTEBOOKS = ("00_setup", "03_embeddings")
@@ -99,6 +109,17 @@ MEASURE_SHAPE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
 PARALLEL_SIZES = dict(parity=(4, 64), batch=8, prompt_len=64, steps=32, warm=4)
 DRY_PARALLEL_SIZES = dict(parity=(2, 16), batch=2, prompt_len=8, steps=8, warm=2)
 PARALLEL_TOLERANCE = 1e-4  # max |logit difference| in float32
+# the kernels step's shapes: H200-class attention (Llama-3-8B's heads) in bfloat16;
+# flash: (batch, tokens), causal; decode: (batch, context) in blocks of block_size
+KERNEL_SIZES = dict(heads=32, kv_heads=8, head_dim=128, dtype="bfloat16",
+                    block_size=16, partition=512, repeats=10,
+                    flash=[[4, 1024], [2, 4096], [1, 16384]],
+                    decode=[[16, 1024], [64, 1024], [16, 4096], [64, 4096],
+                            [16, 16384], [64, 16384]])
+DRY_KERNEL_SIZES = dict(heads=4, kv_heads=2, head_dim=64, dtype="float32",
+                        block_size=16, partition=32, repeats=1,
+                        flash=[[1, 40]], decode=[[2, 40], [3, 70]])
+KERNEL_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}  # max |triton - reference|
 DRY_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=128,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=4096,
@@ -153,7 +174,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(STEPS)}")
     parser.add_argument("--total-budget", type=float,
                         help="seconds after which no step starts or runs on "
-                        "(default: 540; 180 with --dry-run)")
+                        "(default: 630; 180 with --dry-run)")
     parser.add_argument("--budget", action="append", default=[], metavar="STEP=S",
                         help="override one step's budget in seconds (repeatable)")
     parser.add_argument("--jobs", type=int, help="parallel notebooks, and whether "
@@ -164,7 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: tests/, without the site build)")
     parser.add_argument("--archive", type=Path, help="also write the results "
                         "folder as this .tar.gz")
-    parser.add_argument("--worker", choices=["env", "measure", "parallel"],
+    parser.add_argument("--worker", choices=["env", "measure", "parallel", "kernels"],
                         help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -214,7 +235,7 @@ def make_plan(args: argparse.Namespace, slug: str | None = None,
                   "--new-tokens", "128", "--repeat", "3"]
                  for d in ("bfloat16", "float32")]
     jobs = args.jobs or (1 if dry else 4)
-    total = args.total_budget or (180.0 if dry else 540.0)
+    total = args.total_budget or (180.0 if dry else 630.0)
     return Plan(device, dry, Path(out), steps, budgets, total, jobs, notebooks, tests,
                 bench)
 
@@ -319,8 +340,8 @@ def _status(code: int | None) -> tuple[str, str | None]:
 
 
 def step_worker(plan: Plan, name: str):
-    """A step that runs this script's own worker (env, measure, parallel) in a
-    subprocess."""
+    """A step that runs this script's own worker (env, measure, parallel, kernels) in
+    a subprocess."""
     def fn(result: StepResult, deadline: float):
         cmd = [plan.python, str(Path(__file__).resolve()), "--worker", name,
                "--out", str(plan.out), "--device", plan.device]
@@ -1031,10 +1052,220 @@ def parallel_headline(data: dict) -> dict:
     return head
 
 
+def attention_cost(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
+                   head_dim: int, itemsize: int, causal: bool = False) -> dict:
+    """FLOPs and the least bytes one attention pass moves: two products of 2 x q_len x
+    kv_len x head_dim per head (halved when causal and q_len == kv_len), q and the
+    output once, K and V once per kv head. For a decode (q_len 1) the bytes are the
+    K/V read, the figure its speed is bound by."""
+    flops = 4 * batch * heads * q_len * kv_len * head_dim
+    if causal and q_len == kv_len:
+        flops //= 2
+    kv = 2 * batch * kv_heads * kv_len * head_dim * itemsize
+    return {"flops": flops, "kv_bytes": kv,
+            "bytes": kv + 2 * batch * heads * q_len * head_dim * itemsize}
+
+
+def _kernel_peaks(plan: Plan, device, dtype) -> dict:
+    """The device's copy bandwidth and matmul FLOP/s in `dtype`: measure.json's when
+    the measure step ran in this folder, else measured here."""
+    from llmcore.profile import measure_copy_bandwidth, measure_matmul_flops
+    name = str(dtype).removeprefix("torch.")
+    measured = plan.out / "measure.json"
+    if measured.exists():
+        data = json.loads(measured.read_text())
+        flops = [r["flops"] for r in data.get("matmul", []) if r["dtype"] == name]
+        if data.get("copy_bandwidth") and flops:
+            return {"bandwidth_Bps": data["copy_bandwidth"][-1]["Bps"],
+                    "matmul_flops": max(flops), "from": "measure.json"}
+    cuda = device.type == "cuda"
+    return {"bandwidth_Bps": measure_copy_bandwidth(
+                device, nbytes=2**30 if cuda else 2**22),
+            "matmul_flops": measure_matmul_flops(device, dtype,
+                                                 size=8192 if cuda else 128),
+            "from": "measured in this step"}
+
+
+def worker_kernels(plan: Plan) -> dict:
+    """Appendix E's Triton kernels against PyTorch, as kernels.json (rewritten after
+    each shape, so a step killed at its budget keeps what it measured). On the CPU the
+    kernels run through Triton's interpreter: their times say nothing of speed."""
+    if not plan.device.startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
+    import torch.nn.functional as F
+
+    from llmcore import triton_attention as ta
+    from llmcore.model import ModelConfig
+    from llmcore.model_runner import Chunk, KVPool
+    sizes = DRY_KERNEL_SIZES if plan.dry_run else KERNEL_SIZES
+    device, dtype = torch.device(plan.device), getattr(torch, sizes["dtype"])
+    if plan.dry_run:
+        torch.set_num_threads(1)
+    h, hk, d, bs = (sizes[k] for k in ("heads", "kv_heads", "head_dim", "block_size"))
+    tol, itemsize = KERNEL_TOLERANCE[sizes["dtype"]], dtype.itemsize
+    data: dict = {"device": str(device), "interpreted": ta.INTERPRETED, "sizes": sizes,
+                  "tolerance": tol, "flash": [], "decode": [], "errors": {}}
+    if ta.INTERPRETED:
+        data["note"] = ("Triton's interpreter on the CPU: correctness only, the times "
+                        "are not the kernels' speed")
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def time_it(fn) -> float:
+        return _median_time(fn, device, repeats=sizes["repeats"],
+                            warmup=1 if plan.dry_run else 3)
+
+    def save():
+        data["headline"] = kernels_headline(data)
+        (plan.out / "kernels.json").write_text(
+            json.dumps(data, indent=1, default=str) + "\n")
+
+    def part(name, fn):
+        start = time.perf_counter()
+        try:
+            fn()
+        except Exception as err:
+            data["errors"][name] = _short_error(err)
+            traceback.print_exc()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        print(f"kernels/{name}: {time.perf_counter() - start:.1f} s", flush=True)
+        save()
+
+    def peaks():
+        data["peaks"] = _kernel_peaks(plan, device, dtype)
+
+    def flash(batch, seq):
+        q = torch.randn(batch, h, seq, d, device=device, dtype=dtype, generator=gen)
+        k, v = (torch.randn(batch, hk, seq, d, device=device, dtype=dtype,
+                            generator=gen) for _ in "kv")
+        row = {"batch": batch, "tokens": seq, "causal": True,
+               **attention_cost(batch, h, hk, seq, seq, d, itemsize, causal=True)}
+
+        def sdpa(k=k, v=v, gqa=True):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                  enable_gqa=gqa)
+        if device.type == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                try:
+                    want = sdpa()
+                    reference = sdpa
+                    row["sdpa"] = "flash backend, enable_gqa"
+                except RuntimeError:  # a flash backend without GQA: expand k, v
+                    ke, ve = (t.repeat_interleave(h // hk, 1) for t in (k, v))
+                    want = sdpa(ke, ve, False)
+                    reference = lambda: sdpa(ke, ve, False)  # noqa: E731
+                    row["sdpa"] = "flash backend, k and v expanded (not timed)"
+
+                def timed_reference():
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        return reference()
+        else:
+            want, timed_reference = sdpa(), sdpa
+            row["sdpa"] = "default backend (cpu)"
+        got = ta.flash_attention(q, k, v, causal=True)
+        row["max |triton - sdpa|"] = float((got.float() - want.float()).abs().max())
+        row["ok"] = row["max |triton - sdpa|"] < tol
+        row["triton s"] = time_it(lambda: ta.flash_attention(q, k, v, causal=True))
+        row["sdpa s"] = time_it(timed_reference)
+        for who in ("triton", "sdpa"):
+            row[f"{who} TFLOP/s"] = row["flops"] / row[f"{who} s"] / 1e12
+        if data.get("peaks"):
+            row["triton fraction of matmul peak"] = (
+                row["flops"] / row["triton s"] / data["peaks"]["matmul_flops"])
+        row["triton / sdpa time"] = row["triton s"] / row["sdpa s"]
+        data["flash"].append(row)
+        if not row["ok"]:
+            raise AssertionError(f"flash: max |triton - sdpa| "
+                                 f"{row['max |triton - sdpa|']:.2e} >= {tol:g}")
+
+    def decode(batch, ctx):
+        cfg = ModelConfig(vocab_size=8, dim=h * d, n_layers=1, n_heads=h,
+                          n_kv_heads=hk, hidden_dim=8, max_position_embeddings=ctx + 1)
+        width = -(-ctx // bs)
+        num_blocks = batch * width + 8  # some blocks nobody owns: holes
+        pool = KVPool(cfg, num_blocks, bs, device, dtype)
+        pool.pool.normal_(generator=gen)
+        order = torch.randperm(num_blocks, device=device, generator=gen)
+        tables = order[:batch * width].view(batch, width).int()  # shuffled blocks
+        pool.prepare([Chunk([0], ctx - 1, row) for row in tables.tolist()])
+        positions = torch.full((1, batch), ctx - 1, device=device)
+        q = torch.randn(1, h, batch, d, device=device, dtype=dtype, generator=gen)
+        k, v = (torch.randn(1, hk, batch, d, device=device, dtype=dtype,
+                            generator=gen) for _ in "kv")
+
+        def reference():
+            return pool.attend(0, positions, q, k, v)
+
+        want = reference()[0].transpose(0, 1).float()  # (batch, heads, d)
+        lens = torch.full((batch,), ctx, device=device, dtype=torch.int32)
+        layer = pool.pool[0]
+        row = {"batch": batch, "context": ctx, "block_size": bs,
+               **attention_cost(batch, h, hk, 1, ctx, d, itemsize)}
+
+        def kernel(part=None):
+            return ta.paged_decode(q[0].transpose(0, 1), layer[0], layer[1], tables,
+                                   lens, bs, partition_size=part, max_context=ctx,
+                                   validate=False)
+
+        runs = {"triton": lambda: kernel(),
+                "triton split-K": lambda: kernel(sizes["partition"]),
+                "KVPool.attend": reference}
+        for who, fn in runs.items():
+            if who != "KVPool.attend":
+                err = float((fn().float() - want).abs().max())
+                row[f"max |{who} - KVPool.attend|"] = err
+                row[f"{who} ok"] = err < tol
+            row[f"{who} s"] = time_it(fn)
+            row[f"{who} GB/s"] = row["kv_bytes"] / row[f"{who} s"] / 1e9
+            if data.get("peaks"):
+                row[f"{who} fraction of copy bandwidth"] = (
+                    row["kv_bytes"] / row[f"{who} s"]
+                    / data["peaks"]["bandwidth_Bps"])
+        row["TFLOP/s (triton)"] = row["flops"] / row["triton s"] / 1e12
+        data["decode"].append(row)
+        del pool
+        bad = [w for w in ("triton", "triton split-K") if not row[f"{w} ok"]]
+        if bad:
+            raise AssertionError(f"decode batch {batch} context {ctx}: {bad} differ "
+                                 f"from KVPool.attend by more than {tol:g}")
+
+    part("peaks", peaks)
+    for batch, seq in sizes["flash"]:
+        part(f"flash b{batch} s{seq}", lambda: flash(batch, seq))
+    for batch, ctx in sizes["decode"]:
+        part(f"decode b{batch} c{ctx}", lambda: decode(batch, ctx))
+    return data
+
+
+def kernels_headline(data: dict) -> dict:
+    head = {}
+    if data.get("note"):
+        head["note"] = data["note"]
+    for r in data.get("flash", []):
+        head[f"flash b{r['batch']} s{r['tokens']}"] = {
+            "triton TFLOP/s": round(r["triton TFLOP/s"], 3),
+            "sdpa TFLOP/s": round(r["sdpa TFLOP/s"], 3),
+            "triton / sdpa time": round(r["triton / sdpa time"], 3),
+            "max |diff|": float(f"{r['max |triton - sdpa|']:.3g}")}
+    for r in data.get("decode", []):
+        row = {f"{who} GB/s": round(r[f"{who} GB/s"], 1)
+               for who in ("triton", "triton split-K", "KVPool.attend")}
+        if "triton fraction of copy bandwidth" in r:
+            row["triton fraction of copy bandwidth"] = round(
+                r["triton fraction of copy bandwidth"], 3)
+        worst = max(r["max |triton - KVPool.attend|"],
+                    r["max |triton split-K - KVPool.attend|"])
+        row["max |diff|"] = float(f"{worst:.3g}")
+        head[f"decode b{r['batch']} c{r['context']}"] = row
+    return head
+
+
 def run_worker(plan: Plan, name: str) -> int:
     plan.out.mkdir(parents=True, exist_ok=True)
     workers = {"env": worker_env, "measure": worker_measure,
-               "parallel": worker_parallel}
+               "parallel": worker_parallel, "kernels": worker_kernels}
     data = workers[name](plan)
     (plan.out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str)
                                            + "\n")
@@ -1108,6 +1339,7 @@ def main(argv: list[str] | None = None) -> int:
         "measure": lambda: step_worker(plan, "measure"),
         "bench": lambda: step_bench(plan),
         "parallel": lambda: step_worker(plan, "parallel"),
+        "kernels": lambda: step_worker(plan, "kernels"),
         "cuda_tests": lambda: step_pytest(plan, "cuda_tests",
                                           ["-m", "cuda", *plan.tests]),
         "tests": lambda: step_pytest(plan, "tests", ["-m", "not book", *plan.tests],

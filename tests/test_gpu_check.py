@@ -30,12 +30,13 @@ def _plan(tmp_path, **changes) -> Plan:
     return plan
 
 
-def test_the_gpu_plan_runs_everything_within_nine_minutes():
+def test_the_gpu_plan_runs_everything_within_ten_and_a_half_minutes():
     plan = gpu_check.make_plan(gpu_check.parse_args([]), slug="nvidia-h200", now=NOW)
     assert plan.device == "cuda" and not plan.dry_run
     assert plan.out == ROOT / "results" / "gpu" / "2026-12-01-0930-nvidia-h200"
-    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 540
-    assert "parallel" in plan.steps and "parallel" in gpu_check.EXCLUSIVE
+    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 630
+    for step in ("parallel", "kernels"):
+        assert step in plan.steps and step in gpu_check.EXCLUSIVE
     chapters = sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb"))
     assert sorted(Path(n).name for n in plan.notebooks) == chapters
     assert plan.tests == ["tests"] and plan.jobs > 1
@@ -255,3 +256,53 @@ def test_the_parallel_step_dry_run_on_two_gloo_ranks(tmp_path):
     assert head["layers' all-reduce bytes per step"] == 2 * 6 * 2 * 256 * 4  # tiny
     data = json.loads((out / "parallel.json").read_text())
     assert not data["errors"] and data["sizes"]["batch"] == 2
+
+
+def test_the_kernels_step_plan_and_its_cost_model(tmp_path):
+    """H200-class shapes (32 query heads over 8 kv heads of 128, bf16, contexts to
+    16k) on a GPU, tiny float32 ones for the dry run; FLOPs and K/V bytes from the
+    shapes; the headline of made-up rows."""
+    big, dry = gpu_check.KERNEL_SIZES, gpu_check.DRY_KERNEL_SIZES
+    assert (big["heads"], big["kv_heads"], big["head_dim"]) == (32, 8, 128)
+    assert big["dtype"] == "bfloat16" and max(c for _, c in big["decode"]) == 16384
+    assert {b for b, _ in big["decode"]} == {16, 64}
+    assert big["partition"] % 64 == 0 and dry["partition"] % 16 == 0  # key tiles
+    assert max(c for _, c in dry["decode"]) > dry["partition"]  # split-K splits
+    assert gpu_check.parse_args(["--worker", "kernels"]).worker == "kernels"
+    # decode: 2 x batch x kv_heads x context x head_dim x itemsize bytes of K/V
+    cost = gpu_check.attention_cost(64, 32, 8, 1, 16384, 128, 2)
+    assert cost["kv_bytes"] == 2 * 64 * 8 * 16384 * 128 * 2  # 4.3 GB
+    assert cost["flops"] == 4 * 64 * 32 * 16384 * 128
+    causal = gpu_check.attention_cost(1, 32, 8, 4096, 4096, 128, 2, causal=True)
+    assert causal["flops"] == 2 * 32 * 4096 * 4096 * 128
+    data = {"flash": [{"batch": 1, "tokens": 8, "triton TFLOP/s": 400.0,
+                       "sdpa TFLOP/s": 500.0, "triton / sdpa time": 1.25,
+                       "max |triton - sdpa|": 0.0078125}],
+            "decode": [{"batch": 16, "context": 1024, "triton GB/s": 3000.0,
+                        "triton split-K GB/s": 3500.0, "KVPool.attend GB/s": 900.0,
+                        "triton fraction of copy bandwidth": 0.75,
+                        "max |triton - KVPool.attend|": 0.001,
+                        "max |triton split-K - KVPool.attend|": 0.002}]}
+    head = gpu_check.kernels_headline(data)
+    assert head["flash b1 s8"]["triton / sdpa time"] == 1.25
+    assert head["decode b16 c1024"]["max |diff|"] == 0.002
+    assert head["decode b16 c1024"]["triton fraction of copy bandwidth"] == 0.75
+
+
+def test_the_kernels_step_dry_run_through_the_interpreter(tmp_path):
+    """The step end to end on the CPU (Triton's interpreter; about 6 s): flash against
+    SDPA and the paged kernels against KVPool.attend within float32 tolerance."""
+    pytest.importorskip("triton", reason='triton is not installed (pip install '
+                        '"llmcore-book[triton]")')
+    out = tmp_path / "run"
+    code = gpu_check.main(["--dry-run", "--steps", "kernels", "--out", str(out),
+                           "--budget", "kernels=50"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["ok"], (out / "summary.md").read_text()
+    data = json.loads((out / "kernels.json").read_text())
+    assert not data["errors"] and data["interpreted"] and "not the kernels' speed" \
+        in data["note"]
+    assert len(data["flash"]) == 1 and len(data["decode"]) == 2
+    assert all(r["ok"] for r in data["flash"])
+    assert all(r["triton ok"] and r["triton split-K ok"] for r in data["decode"])
+    assert data["peaks"]["bandwidth_Bps"] > 0
