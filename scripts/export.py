@@ -81,8 +81,10 @@ def public_names(code: str) -> list[str]:
 
 def render_module(module: str, nb_rel: str, cells: list[tuple[str, str]]) -> str:
     """The text of llmcore/<module>.py generated from `cells` of notebook `nb_rel`."""
-    out = [f"{MARKER}{nb_rel} by scripts/export.py.",
-           f"# DO NOT EDIT: edit the `#| export {module}` cells there, then run `make export`."]
+    warning = f"# DO NOT EDIT: edit the `#| export {module}` cells there, then run `make export`."
+    if len(warning) > 88:  # a long module name: the advice on a line of its own
+        warning = warning.replace(" there, then", " there,\n# then")
+    out = [f"{MARKER}{nb_rel} by scripts/export.py.", warning]
     for section, code in cells:
         ref = f"# %% {nb_rel} § {section}"
         if len(ref) > 88:  # the heading goes on comment lines below, within 88 columns
