@@ -638,4 +638,78 @@ MESSAGES: dict[str, str] = {
         ("按顺序试 N = 1, 2, ..., 8；跳过不能整除 KV 头数的 N；"
          "当 params_billion * dtype_bytes / N + kv_reserve_gb <= gpu_gb 时 N 放得下；"
          "到 8 为止都放不下就抛出 ValueError。"),
+    # chE.py:76
+    ("one block from the empty state: m is its largest score, l = sum exp(s - m) and "
+     "acc / l = softmax(scores) @ values"):
+        ("从空状态读入一块：m 是这块最大的分数，l = sum exp(s - m)，"
+         "acc / l = softmax(scores) @ values"),
+    # chE.py:79
+    ("three blocks, each with a larger maximum than the last: acc / l = softmax(all "
+     "scores) @ values (rescale l and acc by exp(m - m'))"):
+        ("三块分数，每块的最大值都比前一块大：acc / l = softmax(全部分数) @ values"
+         "（l 和 acc 都要乘以 exp(m - m') 重新缩放）"),
+    # chE.py:82
+    ("a block whose maximum is lower than the running one: the running maximum stays, "
+     "and the new terms are taken against it"):
+        "一块的最大值低于当前的运行最大值：运行最大值不变，新的各项都相对它来算",
+    # chE.py:85
+    "blocks with -inf (masked) scores among finite ones: a masked score adds nothing":
+        "有限分数中夹着 -inf（被掩码）的分数：被掩码的分数什么也不加",
+    # chE.py:88
+    ("a block of only -inf scores from the empty state leaves it as it was: m = -inf, "
+     "l = 0, acc = 0 (no nan)"):
+        ("从空状态读入一块全是 -inf 的分数，状态保持不变：m = -inf，l = 0，acc = 0"
+         "（不能出现 nan）"),
+    # chE.py:90
+    ("a block of only -inf scores first, then a finite one: the result is the softmax "
+     "over the finite scores"):
+        "先读入一块全是 -inf 的分数，再读入有限的一块：结果是对有限分数的 softmax",
+    # chE.py:93
+    "scores near 1000 (exp(1000) overflows): subtract the running maximum before exp":
+        "分数接近 1000（exp(1000) 会溢出）：取 exp 之前先减去运行最大值",
+    # chE.py:96
+    "blocks of one score each, the largest in the middle":
+        "每块只有一个分数，最大的在中间",
+    # chE.py:125
+    ("the diagonal tile of 8 queries and 8 keys in tiles of 4, at (0, 0): a (4, 4) "
+     "bool tensor, query i sees keys 0 .. i (its own key included)"):
+        ("8 个查询、8 个键、块大小为 4 时位于 (0, 0) 的对角块：一个 (4, 4) 的布尔张量，"
+         "查询 i 能看到键 0 .. i（包括它自己的键）"),
+    # chE.py:128
+    "the second diagonal tile, at (4, 4): the same lower triangle":
+        "位于 (4, 4) 的第二个对角块：同样的下三角",
+    # chE.py:130
+    "the tile below the diagonal, at (4, 0): every query sees every key":
+        "位于 (4, 0) 的对角线下方的块：每个查询都能看到每个键",
+    # chE.py:132
+    "the tile above the diagonal, at (0, 4): no query sees any key":
+        "位于 (0, 4) 的对角线上方的块：没有查询能看到任何键",
+    # chE.py:134
+    ("4 queries that are the last of 10 keys (offset 6), keys 4 .. 7: query i sees key "
+     "j when j <= i + 6"):
+        ("4 个查询是 10 个键中的最后 4 个（偏移 6），键 4 .. 7："
+         "当 j <= i + 6 时查询 i 能看到键 j"),
+    # chE.py:136
+    ("6 queries and 6 keys in tiles of 4, at (4, 4): the rows of queries 6 and 7 and "
+     "the columns of keys 6 and 7 are past the ends, all False"):
+        ("6 个查询、6 个键、块大小为 4 时位于 (4, 4) 的块：查询 6 和 7 的行、"
+         "键 6 和 7 的列都超出了末尾，全为 False"),
+    # chE.py:139
+    ("2 queries that are the last of 13 keys, tiles of 2 x 8 at (0, 8): query 0 sees "
+     "keys 8 .. 11, query 1 keys 8 .. 12, keys 13 .. 15 do not exist"):
+        ("2 个查询是 13 个键中的最后 2 个，2 x 8 的块位于 (0, 8)：查询 0 能看到键 "
+         "8 .. 11，查询 1 能看到键 8 .. 12，键 13 .. 15 不存在"),
+    # chE.py:142
+    ("one decode query after 5 keys, a tile of 4 x 4 at (0, 0): row 0 all True, rows "
+     "1 .. 3 (no such queries) all False"):
+        ("5 个键之后的一个解码查询，4 x 4 的块位于 (0, 0)：第 0 行全为 True，"
+         "第 1 .. 3 行（没有这些查询）全为 False"),
+    # chE.py:172
+    ("per head, naive moves Q, K, V and O (seq x head_dim each) and S and P (seq x seq "
+     "each) twice, written then read; flash moves Q and O once and K and V once per "
+     "query tile, ceil(seq / block_q) tiles; all times batch * heads * dtype_bytes."):
+        ("每个头：朴素做法搬运 Q、K、V 和 O（各 seq x head_dim）各一次，"
+         "S 和 P（各 seq x seq）各两次，先写后读；FlashAttention 搬运 Q 和 O 各一次，"
+         "K 和 V 每个查询块一次，共 ceil(seq / block_q) 块；"
+         "全部再乘以 batch * heads * dtype_bytes。"),
 }
