@@ -887,6 +887,7 @@ STRIP_HIGHLIGHT = {
     "B": ("decode",),
     "C": ("decode", "kv"),  # fewer bytes per weight and per cached token
     "D": ("attention", "kv", "machine"),  # layers and cache split over devices
+    "E": ("attention", "kv"),  # the kernels that read them
 }
 STRIP_OFF_FC, STRIP_OFF_EC = "#F4F4F4", "#C4C4C4"  # a stage this chapter does not cover
 

@@ -1,6 +1,6 @@
 """Run the book on a CUDA GPU in one command and keep every result (issue 17).
 
-    python scripts/gpu_check.py                  # on a CUDA machine: about 10 minutes
+    python scripts/gpu_check.py                  # on a CUDA machine: under 10 minutes
     python scripts/gpu_check.py --dry-run        # the same steps, CPU, tiny shapes
     python scripts/gpu_check.py --steps env,measure --archive /tmp/gpu.tar.gz
 
@@ -80,7 +80,7 @@ STEPS = ("env", "measure", "bench", "parallel", "kernels", "cuda_tests", "tests"
 # timings: the GPU to themselves
 EXCLUSIVE = ("env", "measure", "bench", "parallel", "kernels")
 BUDGETS = {  # seconds per step on a GPU machine
-    "env": 30, "measure": 90, "bench": 180, "parallel": 60, "kernels": 90,
+    "env": 30, "measure": 75, "bench": 180, "parallel": 45, "kernels": 60,
     "cuda_tests": 150, "tests": 330, "notebooks": 330,
 }
 DRY_BUDGETS = {
@@ -174,7 +174,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(STEPS)}")
     parser.add_argument("--total-budget", type=float,
                         help="seconds after which no step starts or runs on "
-                        "(default: 630; 180 with --dry-run)")
+                        "(default: 570; 180 with --dry-run)")
     parser.add_argument("--budget", action="append", default=[], metavar="STEP=S",
                         help="override one step's budget in seconds (repeatable)")
     parser.add_argument("--jobs", type=int, help="parallel notebooks, and whether "
@@ -235,7 +235,7 @@ def make_plan(args: argparse.Namespace, slug: str | None = None,
                   "--new-tokens", "128", "--repeat", "3"]
                  for d in ("bfloat16", "float32")]
     jobs = args.jobs or (1 if dry else 4)
-    total = args.total_budget or (180.0 if dry else 630.0)
+    total = args.total_budget or (180.0 if dry else 570.0)
     return Plan(device, dry, Path(out), steps, budgets, total, jobs, notebooks, tests,
                 bench)
 

@@ -30,11 +30,11 @@ def _plan(tmp_path, **changes) -> Plan:
     return plan
 
 
-def test_the_gpu_plan_runs_everything_within_ten_and_a_half_minutes():
+def test_the_gpu_plan_runs_everything_within_nine_and_a_half_minutes():
     plan = gpu_check.make_plan(gpu_check.parse_args([]), slug="nvidia-h200", now=NOW)
     assert plan.device == "cuda" and not plan.dry_run
     assert plan.out == ROOT / "results" / "gpu" / "2026-12-01-0930-nvidia-h200"
-    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 630
+    assert plan.steps == list(gpu_check.STEPS) and plan.total_budget == 570
     for step in ("parallel", "kernels"):
         assert step in plan.steps and step in gpu_check.EXCLUSIVE
     chapters = sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb"))
@@ -46,6 +46,7 @@ def test_the_gpu_plan_runs_everything_within_ten_and_a_half_minutes():
         assert argv[argv.index("--device") + 1] == "cuda"
         assert "qwen2.5-0.5b" in argv and "smollm2-135m" in argv
     # the timed steps run alone first and leave time for the checks
+    # (one command of the lent device may run 600 s)
     exclusive = sum(plan.budgets[s] for s in gpu_check.EXCLUSIVE)
     assert exclusive <= plan.total_budget - 180
     env = plan.env()  # every thread the machine has: only the dry run pins one
