@@ -1,6 +1,7 @@
 """Shared pytest configuration: the `cuda` marker skips tests when no CUDA GPU is present."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # the maintenance scripts are tested as modules
 sys.path.insert(0, str(ROOT / "tests"))  # tests/answers
+
+# Triton decides when it is first imported whether its kernels run in its interpreter
+# (its own @jit helpers in triton.language are built then). Without a GPU,
+# tests/test_triton_attention.py runs appendix E's kernels on CPU tensors through the
+# interpreter, and other test modules import triton before it is collected (xgrammar,
+# torch's inductor): so the switch is set here, before any of them.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):
