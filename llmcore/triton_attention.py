@@ -32,6 +32,7 @@ from llmcore.model_runner import KVPool
 try:
     import triton
     import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
 except ImportError as err:  # an optional dependency: say how to get it
     raise ImportError(
         "llmcore.triton_attention needs triton, an optional dependency: pip install "
@@ -39,9 +40,16 @@ except ImportError as err:  # an optional dependency: say how to get it
         "TRITON_INTERPRET=1 before importing it). The PyTorch versions of these "
         "kernels are in llmcore.kernels.") from err
 
-# Decided when triton was first imported, as triton itself decides (its kernels
-# below are interpreted functions then).
-INTERPRETED = bool(triton.knobs.runtime.interpret)
+# Decided when triton was first imported, as triton itself decides: its own helpers
+# (tl.cdiv, tl.maximum, ...) are built as interpreted functions then, or compiled ones.
+INTERPRETED = isinstance(tl.standard.cdiv, InterpretedFunction)
+if triton.knobs.runtime.interpret and not INTERPRETED:
+    raise RuntimeError(
+        "TRITON_INTERPRET=1 was set after triton was first imported (xgrammar and "
+        "PyTorch's compiler import it), so triton's own helpers are compiled "
+        "functions that an interpreted kernel cannot call. Set TRITON_INTERPRET=1 "
+        "before anything imports triton: in the shell, or first thing in the "
+        "notebook or script")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)); exp2 is the cheaper op
 

@@ -309,6 +309,17 @@ def test_without_triton_the_import_says_how_to_install_it():
     assert 'pip install "llmcore-book[triton]"' in out.stdout, out.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter is for CPUs")
+def test_switching_the_interpreter_on_after_triton_was_imported_is_refused():
+    code = ("import os, triton\nos.environ['TRITON_INTERPRET'] = '1'\n"
+            "try:\n    import llmcore.triton_attention\n"
+            "except RuntimeError as err:\n    print(err)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert "before anything imports triton" in out.stdout, out.stderr
+
+
 def test_only_triton_attention_imports_triton():
     importers = sorted(p.name for p in (ROOT / "llmcore").rglob("*.py")
                        if "import triton" in p.read_text())
