@@ -39,6 +39,7 @@ from torch import nn
 
 from llmcore.model import ModelConfig, Transformer
 from llmcore.model_runner import KVPool, ModelRunner
+from llmcore.profile import parameter_count
 
 
 # %% chapters/D_parallel.ipynb § Ranks and collectives
@@ -362,12 +363,11 @@ def shard_model(model: Transformer, rank: int, world_size: int) -> Transformer:
 
 
 # %% chapters/D_parallel.ipynb § The split model
-def load_sharded(path, rank: int, world_size: int, device=None, dtype=None,
-                 **config_overrides) -> Transformer:
-    """This rank's share of a checkpoint (a bundled name such as "tiny", or a
-    directory as for llmcore.hf.load_pretrained), read from its safetensors files
-    slice by slice: a rank reads only the rows or columns it holds, never the whole
-    model."""
+def _checkpoint(path, device, dtype, config_overrides: dict):
+    """A checkpoint (a bundled name such as "tiny", or a directory as for
+    llmcore.hf.load_pretrained) opened for partial reading: the device, the dtype,
+    its config, and its tensors as (llmcore name, safetensors slice) pairs, read only
+    when indexed. A tied output layer is left out: the embedding stands for it."""
     import json
 
     from safetensors import safe_open
@@ -381,18 +381,31 @@ def load_sharded(path, rank: int, world_size: int, device=None, dtype=None,
     directory = model_dir(path)
     cfg = config_from_hf(json.loads((directory / "config.json").read_text()),
                          **config_overrides)
+
+    def tensors():
+        for file in safetensors_files(directory):
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for hf_name in f.keys():
+                    name = llmcore_name(hf_name)
+                    if IGNORED.search(hf_name) or name is None:
+                        continue
+                    if cfg.tie_word_embeddings and name == "lm_head.weight":
+                        continue
+                    yield name, f.get_slice(hf_name)
+
+    return device, dtype, cfg, tensors()
+
+
+def load_sharded(path, rank: int, world_size: int, device=None, dtype=None,
+                 **config_overrides) -> Transformer:
+    """This rank's share of a checkpoint (a bundled name such as "tiny", or a
+    directory as for llmcore.hf.load_pretrained), read from its safetensors files
+    slice by slice: a rank reads only the rows or columns it holds, never the whole
+    model."""
+    device, dtype, cfg, tensors = _checkpoint(path, device, dtype, config_overrides)
     model = _parallel_skeleton(cfg, rank, world_size)
-    state = {}
-    for file in safetensors_files(directory):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for hf_name in f.keys():
-                name = llmcore_name(hf_name)
-                if IGNORED.search(hf_name) or name is None:
-                    continue
-                if cfg.tie_word_embeddings and name == "lm_head.weight":
-                    continue
-                part = take_shard(name, f.get_slice(hf_name), rank, world_size)
-                state[name] = part.to(device, dtype)
+    state = {name: take_shard(name, part, rank, world_size).to(device, dtype)
+             for name, part in tensors}
     return _adopt(model, state)
 
 
@@ -650,17 +663,11 @@ def llama3_config(name: str) -> ModelConfig:
 def params_per_rank(cfg: ModelConfig, world_size: int) -> int:
     """Parameters one rank holds under tensor parallelism over `world_size` ranks: its
     share of every split layer (its heads and hidden units, its vocabulary rows,
-    padded) and what every rank holds whole (norms, row-parallel biases)."""
+    padded) and what every rank holds whole (norms, row-parallel biases): chapter 5's
+    count of a model with the rank's shape."""
     local = shard_config(cfg, world_size)  # refuses a split the model cannot take
-    d, hd = cfg.dim, cfg.head_dim
-    q, kv = local.n_heads * hd, local.n_kv_heads * hd
-    attn = d * (q + 2 * kv) + q * d
-    attn += (q + 2 * kv) * cfg.attention_bias + d * cfg.attention_out_bias
-    mlp = 3 * d * local.hidden_dim + (2 * local.hidden_dim + d) * cfg.mlp_bias
-    norms = 2 * d + 2 * hd * cfg.qk_norm
-    vocab = vocab_rows(cfg.vocab_size, world_size) * d
-    tables = vocab if cfg.tie_word_embeddings else 2 * vocab
-    return cfg.n_layers * (attn + mlp + norms) + tables + d  # + the final norm
+    return parameter_count(
+        replace(local, vocab_size=vocab_rows(cfg.vocab_size, world_size)))
 
 
 def _check_positive(**values) -> None:
@@ -826,41 +833,21 @@ def load_stage(path, stage: int, stages: int, device=None, dtype=None,
     """Stage `stage` of `stages` of a checkpoint (a bundled name such as "tiny", or
     a directory), reading from its safetensors files only the tensors this stage
     holds: its blocks, and the embedding or the norm and output layer."""
-    import json
-
-    from safetensors import safe_open
-
-    from llmcore.chat import model_dir
-    from llmcore.device import pick_device, resolve_dtype
-    from llmcore.hf import IGNORED, config_from_hf, llmcore_name, safetensors_files
-
-    device = pick_device(device)
-    dtype = resolve_dtype(dtype, device)
-    directory = model_dir(path)
-    cfg = config_from_hf(json.loads((directory / "config.json").read_text()),
-                         **config_overrides)
+    device, dtype, cfg, tensors = _checkpoint(path, device, dtype, config_overrides)
     with torch.device("meta"):
         part = PipelineStage(Transformer(cfg), stage, stages, boundaries)
     wanted = set(part.state_dict())
     state = {}
-    for file in safetensors_files(directory):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            for hf_name in f.keys():
-                name = llmcore_name(hf_name)
-                if IGNORED.search(hf_name) or name is None:
-                    continue
-                if cfg.tie_word_embeddings and name == "lm_head.weight":
-                    continue  # tied: the output layer is the embedding
-                if name.startswith("blocks."):  # the model's block i is our i - start
-                    index, rest = name[7:].split(".", 1)
-                    name = f"blocks.{int(index) - part.start}.{rest}"
-                names = [name]
-                if cfg.tie_word_embeddings and name == "embed.weight":
-                    names.append("lm_head.weight")
-                names = [n for n in names if n in wanted]
-                if names:  # read only what this stage holds
-                    tensor = f.get_tensor(hf_name).to(device, dtype)
-                    state.update(dict.fromkeys(names, tensor))
+    for name, tensor in tensors:
+        if name.startswith("blocks."):  # the model's block i is our i - start
+            index, rest = name[7:].split(".", 1)
+            name = f"blocks.{int(index) - part.start}.{rest}"
+        names = [name]
+        if cfg.tie_word_embeddings and name == "embed.weight":
+            names.append("lm_head.weight")  # tied: the output layer is the embedding
+        names = [n for n in names if n in wanted]
+        if names:  # read only what this stage holds
+            state.update(dict.fromkeys(names, tensor[:].to(device, dtype)))
     part.load_state_dict(state, strict=True, assign=True)
     if part.first and part.last and cfg.tie_word_embeddings:
         part.lm_head.weight = part.embed.weight  # assign=True made two Parameters
