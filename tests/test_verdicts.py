@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+import i18n  # scripts/, on the path from conftest.py
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 VERDICT_LINE = re.compile(r"^(?P<statement>.*\S): (?P<value>True|False)\s*$", re.M)
@@ -231,3 +233,66 @@ def test_a_claim_section_without_a_verdict_fails():
     assert any("verdict" in _tags(c) for c in section)
     without = section_cells(cells[:2], "decoding-without-a-cache")
     assert not any("verdict" in _tags(c) for c in without)
+
+
+# A figure the prose quotes from this book's own run ("7× on this book's CPU run") is a
+# copy of a stored output: re-executing the notebook changes the output, and nothing else
+# would notice that the copy went stale (the prose would contradict the page under it).
+
+QUOTED_RUN = {
+    "en": re.compile(r"\(([^()]*\bthis book's (?:CPU )?run\b[^()]*)\)"),
+    "zh": re.compile(r"[（(]([^（）()]*本书(?:的|这次)?\s?(?:CPU\s?)?(?:这次)?运行"
+                     r"[^（）()]*)[）)]"),
+}
+# a figure: decimals, and whole numbers with a unit; a ratio (×, x, 倍) or a time must be
+# printed with its unit, so that "20×" is not found in "20 ms"
+QUOTED_FIGURE = re.compile(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)"
+                           r"(\s?(?:×|x\b|倍|ms\b|µs\b|tok/s)| against| 对)?")
+PRINTED_UNIT = {"×": r"\s?[x×]", "x": r"\s?[x×]", "倍": r"\s?[x×]", "ms": r"\s?ms",
+                "µs": r"\s?µs", "tok/s": r"\s?tok/s"}
+
+
+def quoted_figure_problems(path: Path, edition: str) -> list[str]:
+    """Figures quoted from this book's run in the prose of `path` (English or Chinese)
+    that none of its stored outputs prints."""
+    cells = _cells(path)
+    shown = "\n".join(_text(c) for c in cells if c["cell_type"] == "code")
+    zh = i18n.translated(path.stem) if edition == "zh" else {}
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        prose = " ".join(zh.get(cell.get("id"), _source(cell)).split())
+        for quote in QUOTED_RUN[edition].findall(prose):
+            for figure, unit in QUOTED_FIGURE.findall(quote):
+                unit = unit.strip()
+                if "." not in figure and not unit:
+                    continue  # a count in the sentence, not a measured figure
+                whole = "" if "." in figure else r"(?:\.0+)?"  # 144× quotes 144.0x
+                printed = re.compile(rf"(?<![\d.,]){re.escape(figure)}{whole}"
+                                     + PRINTED_UNIT.get(unit, r"(?![\d,]|\.\d)"))
+                if not printed.search(shown):
+                    problems.append(f"{path.name} ({edition}) cell {i}: "
+                                    f"{figure + unit!r} in ({quote}) is printed by no "
+                                    "stored output; copy the figure of the current run "
+                                    "into the prose")
+    return problems
+
+
+@pytest.mark.parametrize("edition", ["en", "zh"])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_figures_quoted_from_the_books_run_are_its_stored_outputs(path, edition):
+    problems = quoted_figure_problems(path, edition)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_stale_quoted_figure_fails(tmp_path):
+    def edit(cells):
+        cell = next(c for c in cells if c["cell_type"] == "markdown"
+                    and "this book's CPU run" in _source(c))
+        cell["source"] = re.sub(r"\d+(?:\.\d+)?× on\s+this\s+book's\s+CPU\s+run",
+                                "9.87× on this book's CPU run", _source(cell), count=1)
+        cell["id"] = "not-translated"
+    problems = quoted_figure_problems(_disturbed(tmp_path, edit), "en")
+    assert len(problems) == 1 and "'9.87×'" in problems[0]
+    assert quoted_figure_problems(ROOT / "chapters" / "06_kv_cache.ipynb", "zh") == []
