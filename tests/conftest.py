@@ -40,3 +40,14 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The site as `make book` builds it, both editions, warnings as errors (raises if
+    any): built once per session for tests/test_book.py and the browser check of
+    tests/test_site.py. Returns the folder that holds index.html."""
+    import build_book
+    index = build_book.build(tmp_path_factory.mktemp("book"))
+    assert index.exists()
+    return index.parent

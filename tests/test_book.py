@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import build_book
 from conftest import ROOT
 
 pytestmark = pytest.mark.book
@@ -22,10 +21,8 @@ def _toc_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    index = build_book.build(tmp_path_factory.mktemp("book"))  # raises if any warning
-    assert index.exists()
-    return index.parent
+def site(built_site) -> Path:
+    return built_site  # tests/conftest.py: built once, warnings are errors
 
 
 def test_every_toc_entry_has_a_page(site):
