@@ -240,9 +240,10 @@ def test_a_claim_section_without_a_verdict_fails():
 # would notice that the copy went stale (the prose would contradict the page under it).
 
 QUOTED_RUN = {
-    "en": re.compile(r"\(([^()]*\bthis book's (?:CPU )?run\b[^()]*)\)"),
-    "zh": re.compile(r"[（(]([^（）()]*本书(?:的|这次)?\s?(?:CPU\s?)?(?:这次)?运行"
-                     r"[^（）()]*)[）)]"),
+    "en": re.compile(r"\(([^()]*(?:\bthis book's (?:CPU )?run\b|\bin this run\b|\d× here\b)"
+                     r"[^()]*)\)"),
+    "zh": re.compile(r"[（(]([^（）()]*(?:本书(?:的|这次)?\s?(?:CPU\s?)?(?:这次)?运行|这次运行"
+                     r"|这里是\s?[\d.]+\s?倍)[^（）()]*)[）)]"),
 }
 # a figure: decimals, and whole numbers with a unit; a ratio (×, x, 倍) or a time must be
 # printed with its unit, so that "20×" is not found in "20 ms"
