@@ -43,7 +43,7 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory) -> Path:
+def site(tmp_path_factory) -> Path:
     """The site as `make book` builds it, both editions, warnings as errors (raises if
     any): built once per session for tests/test_book.py and the browser check of
     tests/test_site.py. Returns the folder that holds index.html."""

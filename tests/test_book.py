@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -18,11 +17,6 @@ def _toc_files() -> list[str]:
     for part in toc.get("parts", []):
         files += [c["file"] for c in part["chapters"]]
     return files
-
-
-@pytest.fixture(scope="module")
-def site(built_site) -> Path:
-    return built_site  # tests/conftest.py: built once, warnings are errors
 
 
 def test_every_toc_entry_has_a_page(site):

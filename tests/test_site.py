@@ -20,14 +20,14 @@ NO_CHROMIUM = ("site check not run: Chromium is missing; install Debian's chromi
                "(`sudo apt-get install chromium`) to check the site in a browser")
 
 
-def test_every_page_passes_the_site_check_in_chromium(built_site, tmp_path):
+def test_every_page_passes_the_site_check_in_chromium(site, tmp_path):
     if site_check.chromium_path() is None:
         pytest.skip(NO_CHROMIUM)
     # what `make site-check` runs, on the session's build of the site (the same build as
     # `make book`), without the screenshots: they are for a person to look at, and
     # taking them tripled the check's time (172 s against 49 s for 48 pages)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "site_check.py"),
-                           "--site", str(built_site), "--out", str(tmp_path),
+                           "--site", str(site), "--out", str(tmp_path),
                            "--no-screenshots"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}"
