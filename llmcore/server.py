@@ -41,7 +41,7 @@ from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
 from llmcore.engine import Engine
 from llmcore.engine_thread import EngineThread, _Events
 from llmcore.metrics import Metrics
-from llmcore.model_runner import KVPool, ModelRunner
+from llmcore.model_runner import KVPool, ModelRunner, blocks_for_memory
 from llmcore.request import Request
 from llmcore.responses import ResponseWriter
 from llmcore.routes import build_app
@@ -93,13 +93,18 @@ class _HTTPProtocol(H11Protocol):
         self.transport.close()
 
 
+# the default KV pool's most bytes (vLLM's CPU backend reserves 4 GiB by default)
+DEFAULT_KV_BYTES = 2**30
+
+
 class OpenAIServer:
     """The OpenAI API over an Engine. In a notebook or a test: `with OpenAIServer(model,
     tokenizer) as server:` serves on server.url in background threads; from the shell:
     `python -m llmcore.server` (main() below).
 
     kv_memory: bytes for the KV pool, or a fraction of free GPU memory; num_blocks: the
-    pool in blocks instead (default, with neither: max_batch full-context sequences).
+    pool in blocks instead (default, with neither: max_batch full-context sequences, at
+    most DEFAULT_KV_BYTES of them: a real model's 32 x 8,192 tokens would be 12 GB).
     token_budget, admission, prefix_caching: the Engine's scheduling (chapter 9).
     kv_pool: the class of the Engine's KV pool (e.g. appendix C's int8 pool); runner:
     the class of its model runner (e.g. appendix D's, over several processes).
@@ -122,7 +127,9 @@ class OpenAIServer:
                  runner: type[ModelRunner] = ModelRunner):
         context = model.cfg.max_position_embeddings
         if num_blocks is None and kv_memory is None:
-            num_blocks = max_batch * -(-context // block_size)
+            num_blocks = min(max_batch * -(-context // block_size),
+                             blocks_for_memory(model.cfg, model.dtype, block_size,
+                                               DEFAULT_KV_BYTES, model.device, kv_pool))
         self.engine = Engine(model, num_blocks, block_size, max_batch,
                              tokenizer=tokenizer, token_budget=token_budget,
                              admission=admission, prefix_caching=prefix_caching,
@@ -346,7 +353,9 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
     parser = argparse.ArgumentParser(prog=prog,
                                      description="An OpenAI-compatible llmcore server")
     parser.add_argument("--model", default="tiny",
-                        help="a bundled name, a checkpoint directory or a Hub id")
+                        help="a bundled name (tiny), a known one "
+                        "(smollm2-135m-instruct), a .gguf file, a checkpoint "
+                        "directory or a Hub id")
     parser.add_argument("--served-model-name", help="the model's name in the API "
                         "(default: --model)")
     parser.add_argument("--host", default="127.0.0.1")
@@ -354,7 +363,8 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--kv-memory", type=_memory, help="the KV pool's size: bytes "
                         "(e.g. 512M, 4G) or, on a GPU, a fraction of its free memory "
-                        "(e.g. 0.9); default: max-batch full-context sequences")
+                        "(e.g. 0.9); default: max-batch full-context sequences, "
+                        "at most 1G")
     parser.add_argument("--num-blocks", type=int, help="the KV pool in blocks "
                         "(overrides --kv-memory)")
     parser.add_argument("--block-size", type=int, default=16)
@@ -388,7 +398,8 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
 def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
         load_model=None, runner: type[ModelRunner] | None = None) -> None:
     """Serve the model that `args` (build_parser's, parsed) name until Ctrl-C.
-    load_model(directory, device, dtype) loads it (default: llmcore.hf.load_pretrained);
+    load_model(path, device, dtype) loads it (default: llmcore.pretrained.load_model,
+    which reads checkpoint directories and GGUF files alike);
     model_transform(model), if given, returns the model to serve instead (e.g. a
     quantized copy); kv_pool: the KV pool's class (default KVPool); runner: the model
     runner's class (default ModelRunner). With --tensor-parallel-size N > 1, this
@@ -402,26 +413,30 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
                              "it does not combine with quantization or another pool")
         from llmcore.parallel import serve_tensor_parallel  # appendix D
         return serve_tensor_parallel(args, run)
-    from llmcore.chat import ChatTemplate, model_dir
-    from llmcore.hf import load_pretrained
-    from llmcore.tokenizer import Tokenizer
+    # appendix A's one way to name a model: bundled, known (smollm2-135m-instruct),
+    # a .gguf file, a checkpoint directory or a Hub id
+    from llmcore.pretrained import load_chat_template, load_tokenizer, locate
+    from llmcore.pretrained import load_model as load_any
 
     if args.trace_memory:
         tracemalloc.start()
     import torch
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
-    directory = model_dir(args.model)
-    model = (load_model or load_pretrained)(directory, device=args.device,
-                                            dtype=args.dtype)
+    try:  # a model that cannot be found or read: its one-line reason, no traceback
+        where = locate(args.model)
+        model = (load_model or load_any)(where, device=args.device, dtype=args.dtype)
+        tokenizer = load_tokenizer(where)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"llmcore: cannot load --model {args.model}: {err}") from None
     if model_transform is not None:
         model = model_transform(model)
     kv_pool = KVPool if kv_pool is None else kv_pool
     try:
-        template = ChatTemplate.from_pretrained(directory)
+        template = load_chat_template(where)
     except ValueError as err:
         print(f"no chat endpoint: {err}")
         template = None
-    server = OpenAIServer(model, Tokenizer.from_hf_json(directory / "tokenizer.json"),
+    server = OpenAIServer(model, tokenizer,
                           model_name=args.served_model_name or str(args.model),
                           chat_template=template, max_batch=args.max_batch,
                           num_blocks=args.num_blocks, block_size=args.block_size,
@@ -452,4 +467,4 @@ if __name__ == "__main__" and sys.argv[0].endswith("server.py"):
     main()
 
 
-__all__ = ['OpenAIServer', 'build_parser', 'run', 'main']
+__all__ = ['DEFAULT_KV_BYTES', 'OpenAIServer', 'build_parser', 'run', 'main']

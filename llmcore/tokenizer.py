@@ -289,16 +289,23 @@ class BPETokenizer:
     ignore_merges: emit a pre-token that is itself a token directly (tiktoken and
         Llama-3 do).
     normalizer: None or "NFC" (Qwen).
+    drop_unknown_bytes: a byte with no token of its own is dropped before merging, as
+        HF tokenizers does for a BPE without unk token or byte fallback (SmolLM2's
+        vocabulary lacks eight control and lead bytes); the default is to refuse
+        such a vocabulary.
     """
 
     def __init__(self, encoder: dict[bytes, int], merges=None, pattern="gpt4",
                  special_tokens=None, *, ignore_merges: bool | None = None,
-                 normalizer: str | None = None, cache_size: int = 1 << 18):
+                 normalizer: str | None = None, cache_size: int = 1 << 18,
+                 drop_unknown_bytes: bool = False):
         missing = [b for b in _UTF8_BYTES if bytes([b]) not in encoder]
-        if missing:
+        self.unknown_bytes = frozenset(missing if drop_unknown_bytes else ())
+        if missing and not drop_unknown_bytes:
             raise ValueError(f"byte-level BPE needs a token for every byte UTF-8 text "
                              f"can contain; missing {len(missing)} "
-                             f"(e.g. {bytes(missing[:3])!r})")
+                             f"(e.g. {bytes(missing[:3])!r}); pass "
+                             "drop_unknown_bytes=True to drop such bytes as HF does")
         if normalizer not in (None, "NFC"):
             raise ValueError(f"unsupported normalizer {normalizer!r}; "
                              "supported: None, 'NFC'")
@@ -366,6 +373,8 @@ class BPETokenizer:
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         data = piece.encode("utf-8")
+        if self.unknown_bytes:
+            data = bytes(b for b in data if b not in self.unknown_bytes)
         if self.ignore_merges and data in self.encoder:
             return (self.encoder[data],)
         return tuple([self.encoder[part] for part in self._bpe(data)])

