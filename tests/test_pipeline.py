@@ -168,7 +168,10 @@ def test_micro_batches_must_divide_the_batch():
 def test_two_stages_over_two_processes_give_the_models_logits(reference):
     ranks = launch(pipeline_run, 2, MODEL, IDS, 4, timeout=LAUNCH_TIMEOUT)
     assert ranks[0]["logits"] is None
-    torch.testing.assert_close(ranks[1]["logits"], reference, rtol=1e-5, atol=1e-5)
+    # micro-batches of one sequence run other matmul shapes than the reference's batch of
+    # four, so float32 rounding differs (chapter 7's claim C20): 1.4e-5 on an Intel AMX
+    # CPU, under 1e-5 on an AMD one. A wrong layer or stage is off by far more than 1e-4.
+    torch.testing.assert_close(ranks[1]["logits"], reference, rtol=1e-4, atol=1e-4)
     for stage, out in enumerate(ranks):
         timeline = out["timeline"]
         assert (timeline.stage, timeline.stages, timeline.micro_batches) == \
