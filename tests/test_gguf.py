@@ -1,7 +1,7 @@
 """GGUF (appendix C's llmcore.gguf_file) and the real model it brings, SmolLM2-135M-Instruct.
 
-- the dequantizers equal `gguf.quants.dequantize` bit for bit: on random blocks of every
-  supported type and on every tensor of the shipped file;
+- the dequantizers equal `gguf.quants.dequantize` bit for bit on random blocks of every
+  supported type (appendix C's compared cell does it for the 272 tensors of the file);
 - the tokenizer equals the model's own (SmolLM2's tokenizer.json: digits, then GPT-2's
   byte-level split) id for id on 2,400 strings of mixed scripts, and transformers' GGUF
   tokenizer on all of them but those where two spaces precede a digit (transformers
@@ -104,16 +104,6 @@ def test_dequantize_equals_gguf_bit_for_bit_on_random_blocks(kind):
     with np.errstate(invalid="ignore", over="ignore"):
         theirs = gguf_dequantize(raw, GGMLQuantizationType[kind])
     assert _same_bits(dequantize(raw, kind, (rows, per_row * values)), theirs)
-
-
-def test_every_tensor_of_the_file_dequantizes_bit_for_bit(file):
-    kinds = set()
-    for info in file.tensors.values():
-        raw = file.raw(info.name)
-        theirs = gguf_dequantize(raw, GGMLQuantizationType[info.type_name])
-        assert _same_bits(dequantize(raw, info.type_name, info.shape), theirs), info.name
-        kinds.add(info.type_name)
-    assert kinds == {"F32", "Q4_1", "Q8_0"}
 
 
 def test_unpermute_inverts_llama_cpps_converter():
