@@ -13,6 +13,7 @@ Q4_1, Q4_K and Q6_K, a gpt2-style byte-level BPE tokenizer.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -226,6 +227,24 @@ class GGUFFile:
         return weight
 
 
+def open_gguf(file: GGUFFile | str | os.PathLike) -> GGUFFile:
+    """`file` if it is a GGUFFile, else the file at that path, parsed once per process
+    while it is unchanged: its model, tokenizer and chat template come from one header
+    (gguf takes seconds to read a vocabulary of 49,152 strings and its merges)."""
+    if isinstance(file, GGUFFile):
+        return file
+    path = Path(file).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    stat = path.stat()
+    return _parsed(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: Path, size: int, mtime_ns: int) -> GGUFFile:
+    return GGUFFile(path)  # size and mtime_ns are the key: a changed file is re-read
+
+
 # %% chapters/C_quantization.ipynb § GGUF: the file llama.cpp runs
 def _f16(blocks: torch.Tensor, start: int) -> torch.Tensor:
     """The float16 stored at byte `start` of every block, as a float32 column."""
@@ -346,7 +365,7 @@ CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of special toke
 
 def gguf_tokenizer(file: GGUFFile | str | os.PathLike) -> Tokenizer:
     """The byte-level BPE tokenizer stored in a GGUF file's metadata."""
-    file = file if isinstance(file, GGUFFile) else GGUFFile(file)
+    file = open_gguf(file)
     reader = file._reader
     model = _value(reader, "tokenizer.ggml.model")
     pre = _value(reader, "tokenizer.ggml.pre", "default")
@@ -372,7 +391,7 @@ def gguf_tokenizer(file: GGUFFile | str | os.PathLike) -> Tokenizer:
 
 def gguf_chat_template(file: GGUFFile | str | os.PathLike) -> ChatTemplate:
     """The chat template in the file's metadata, with its bos and eos tokens."""
-    file = file if isinstance(file, GGUFFile) else GGUFFile(file)
+    file = open_gguf(file)
     source = file.metadata.get("tokenizer.chat_template")
     if not source:
         raise ValueError(f"{file.path.name} has no tokenizer.chat_template; build "
@@ -393,7 +412,7 @@ def load_gguf(path: str | os.PathLike | GGUFFile, device=None, dtype=None,
     """A Transformer in eval mode with the GGUF file's weights dequantized to `dtype`
     (default: the device's, float32 on a CPU). config_overrides set ModelConfig fields
     that do not change the weights, e.g. attn_impl="explicit"."""
-    file = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    file = open_gguf(path)
     config = replace(file.config, **config_overrides)
     device = pick_device(device)
     dtype = resolve_dtype(dtype, device)
@@ -410,7 +429,7 @@ def load_gguf(path: str | os.PathLike | GGUFFile, device=None, dtype=None,
 
 
 __all__ = ['GGUFError', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES', 'TOP_NAMES',
-           'llmcore_name', 'TensorInfo', 'GGUFFile', 'dequantize_q8_0',
+           'llmcore_name', 'TensorInfo', 'GGUFFile', 'open_gguf', 'dequantize_q8_0',
            'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize_q6_k',
            'DEQUANTIZE', 'dequantize', 'unpermute_qk', 'PRE_TOKENIZERS',
            'gguf_tokenizer', 'gguf_chat_template', 'load_gguf']

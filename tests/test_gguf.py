@@ -28,7 +28,7 @@ from llmcore import pretrained
 from llmcore.engine import Engine
 from llmcore.generate import generate
 from llmcore.gguf_file import (BLOCKS, GGUFError, GGUFFile, dequantize, gguf_chat_template,
-                               gguf_tokenizer, load_gguf, unpermute_qk)
+                               gguf_tokenizer, load_gguf, open_gguf, unpermute_qk)
 from llmcore.request import Request
 from llmcore.sampling import SamplingParams
 from tokenizer_corpus import corpus_documents
@@ -173,6 +173,18 @@ def test_a_small_written_file_loads_and_its_q4_0_weights_dequantize(tmp_path):
     assert model.cfg.n_layers == 1 and model.cfg.tie_word_embeddings
     logits = model(torch.tensor([[1, 2, 3]]))
     assert logits.shape == (1, 3, 50) and torch.isfinite(logits).all()
+
+
+def test_a_file_is_parsed_once_until_it_changes(tmp_path):
+    path = _write(tmp_path)
+    first = open_gguf(path)
+    assert open_gguf(str(path)) is first and open_gguf(first) is first
+    _write(tmp_path, kind=GGMLQuantizationType.Q8_0)  # the same name, new content
+    again = open_gguf(path)
+    assert again is not first
+    assert again.tensors["blk.0.attn_q.weight"].type_name == "Q8_0"
+    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+        open_gguf(tmp_path / "missing.gguf")
 
 
 def test_an_unsupported_architecture_or_name_is_refused(tmp_path):
