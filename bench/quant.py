@@ -1,13 +1,18 @@
 """Benchmark: batch-1 greedy decode of weight-only quantized models (appendix C),
 llmcore float32 / bfloat16 / int8 / int4 through FastDecoder vs torchao's int8.
 
-Run: python bench/quant.py [--shape tiny|smollm2-135m|qwen2.5-0.5b ...]
+Run: python bench/quant.py [--shape tiny|smollm2-135m-instruct|qwen2.5-0.5b ...]
                            [--new-tokens 64] [--prompt-len 16] [--repeat 3]
                            [--threads N] [--quick] [--transformers] [--json FILE]
 
-Each shape is an llmcore `Transformer` built from its `ModelConfig` (the HF config.json
-fields of bench/decode.py, or the bundled tiny model's config.json) with random weights
-(torch.manual_seed(0)); every peer is made from that one model:
+"smollm2-135m-instruct" is the real model: SmolLM2-135M-Instruct's GGUF file (found by
+`llmcore.pretrained.locate`, installed by `make`), dequantized to float32 by appendix C's
+reader, decoding a real chat prompt (bench/decode.py's), so that the tokens compared
+below are the real model's and a quantized peer's agreement with float32 means what it
+says. Every other shape is an llmcore `Transformer` built from its `ModelConfig` (the HF
+config.json fields of bench/decode.py, or the bundled tiny model's config.json) with
+random weights (torch.manual_seed(0)) and a random prompt; "smollm2-135m" is the random
+model of the real one's shape. Every peer is made from that one model:
 
 - llmcore float32, bfloat16 (a cast copy), int8 (`llmcore.quant.quantize(model,
   "int8")`: a scale per output row) and int4 (`quantize(model, "int4", 32)`), each
@@ -40,7 +45,7 @@ the speed-up over llmcore float32 beside the roofline's prediction (the bytes ra
 ratios are taken within a round, then the median. Tokens are compared with llmcore
 float32's (quantization may change them) and torchao's with llmcore int8's of the same
 activations (the same rounding).
-Targets (issue 30, SmolLM2-135M shape): int8 >= 1.7x and int4 >= 2.5x llmcore float32
+Targets (issue 30, SmolLM2-135M, the real weights or the shape): int8 >= 1.7x and int4 >= 2.5x llmcore float32
 tok/s, each >= 70% of its own roofline; llmcore int8 ahead of torchao int8.
 torchao is the bench's extra: `pip install --no-deps torchao==0.18.0` (bench/README.md);
 without it the torchao rows are skipped, and the output says so.
@@ -66,17 +71,21 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from decode import ARCHITECTURES, SHAPES as HF_SHAPES  # noqa: E402  (bench/ is on path)
+from decode import ARCHITECTURES, SHAPES as HF_SHAPES, real_prompt  # noqa: E402
+from llmcore.gguf_file import open_gguf  # noqa: E402
 from llmcore.fast import FastDecoder  # noqa: E402
 from llmcore.hf import config_from_hf  # noqa: E402
 from llmcore.kvcache import KVCache, greedy_generate  # noqa: E402
 from llmcore.model import Transformer  # noqa: E402
+from llmcore.generate import default_eos_ids  # noqa: E402
+from llmcore.pretrained import hf_config, load_model, load_tokenizer, locate  # noqa: E402
 from llmcore.profile import measure_read_bandwidth, parameter_count  # noqa: E402
 from llmcore.quant import quantize, weight_bytes  # noqa: E402
 from tokenizer_train import cpu_name  # noqa: E402
 
 TORCHAO_PIN = "0.18.0"
-TARGET_SHAPE = "smollm2-135m"
+TARGET_SHAPES = ("smollm2-135m-instruct", "smollm2-135m")  # the real model, its shape
+REAL = "smollm2-135m-instruct"
 TARGETS = {"int8": 1.7, "int4": 2.5}  # x llmcore float32 tok/s
 ROOF_TARGET = 0.70
 
@@ -89,7 +98,13 @@ def shapes() -> dict[str, dict]:
         arch = ARCHITECTURES.get(name, "Llama")
         out[name] = {**HF_SHAPES[name], "architectures": [f"{arch}ForCausalLM"],
                      "model_type": arch.lower()}
-    return out
+    return {REAL: None, **out}  # the real model's config comes from its file
+
+
+def real_config(name: str) -> dict:
+    """The HF config.json fields of a real model, from its GGUF header (no weights)."""
+    eos = max(default_eos_ids(load_tokenizer(name)))  # config.json's; never stops a run
+    return {**hf_config(open_gguf(locate(name)).config, eos), "llmcore_real": name}
 
 
 class TorchaoLinear(nn.Module):
@@ -180,7 +195,7 @@ def transformers_torchao(model: Transformer, hf: dict, dtype: torch.dtype,
     config = TorchAoConfig(Int8WeightOnlyConfig(set_inductor_config=False))
     theirs = AutoModelForCausalLM.from_pretrained(workdir, dtype=dtype,
                                                   quantization_config=config).eval()
-    theirs.generation_config.eos_token_id = None  # random weights: never stop early
+    theirs.generation_config.eos_token_id = None  # a fixed count of tokens, as ours
     return theirs
 
 
@@ -203,7 +218,10 @@ def make_peer(key: str, hf: dict, workdir: Path):
     """The model of peer `key`, its runner, the bytes a step reads and a checksum of
     the float32 weights it was made from (every process must build the same)."""
     torch.manual_seed(0)
-    model = Transformer(config_from_hf(hf)).eval()
+    if "llmcore_real" in hf:  # the real weights, dequantized from the GGUF file
+        model = load_model(hf["llmcore_real"], device="cpu", dtype=torch.float32)
+    else:
+        model = Transformer(config_from_hf(hf)).eval()
     checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
     if key == "fp32":
         return FastDecoder(model), run_llmcore, weight_bytes(model), checksum
@@ -252,8 +270,11 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
 
 def bench(name: str, hf: dict, args, have_torchao: bool, workdir: Path) -> dict:
     cfg = config_from_hf(hf)
-    prompt = torch.randint(0, cfg.vocab_size, (1, args.prompt_len),
-                           generator=torch.Generator().manual_seed(0))
+    if "llmcore_real" in hf:
+        prompt = torch.tensor([real_prompt(hf["llmcore_real"], args.prompt_len)])
+    else:
+        prompt = torch.randint(0, cfg.vocab_size, (1, args.prompt_len),
+                               generator=torch.Generator().manual_seed(0))
     keys = [k for k, (_, _, ao, hf_peer) in PEERS.items()
             if (have_torchao or not ao) and (args.transformers or not hf_peer)]
     context = multiprocessing.get_context("spawn")
@@ -323,7 +344,8 @@ def bench(name: str, hf: dict, args, have_torchao: bool, workdir: Path) -> dict:
         return "n/a" if value is None else f"{value:.2f}x"
 
     print(f"\n== {name}: {parameter_count(cfg) / 1e6:.1f}M parameters "
-          f"(random); prompt {args.prompt_len}, {args.new_tokens} new tokens, batch 1, "
+          f"({'the real weights' if 'llmcore_real' in hf else 'random'}); prompt "
+          f"{args.prompt_len}, {args.new_tokens} new tokens, batch 1, "
           f"greedy, median of {args.repeat} round(s)")
     print("read bandwidth per round (512 MiB sum): "
           + ", ".join(f"{bw / 1e9:.1f}" for bw in bandwidths) + " GB/s")
@@ -357,8 +379,8 @@ def bench(name: str, hf: dict, args, have_torchao: bool, workdir: Path) -> dict:
               f"torchao=={TORCHAO_PIN}); no torchao rows")
 
     verdicts = {}
-    if name == TARGET_SHAPE:
-        print(f"Targets (issue 30, {TARGET_SHAPE} shape):")
+    if name in TARGET_SHAPES:
+        print(f"Targets (issue 30, {name}):")
         for fmt, target in TARGETS.items():
             if fmt not in rates:
                 print(f"  {fmt}: NOT CHECKED (the peer failed)")
@@ -380,7 +402,7 @@ def bench(name: str, hf: dict, args, have_torchao: bool, workdir: Path) -> dict:
         else:
             print(f"  {what:<40}: NOT CHECKED (no torchao figures)")
     else:
-        print(f"(the targets are set for the {TARGET_SHAPE} shape)")
+        print(f"(the targets are set for {' and '.join(TARGET_SHAPES)})")
     return {"shape": name, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "repeat": args.repeat, "bandwidths_Bps": bandwidths, "bytes": nbytes,
             "labels": labels, "tok_s": rates, "rooflines_tok_s": roof,
@@ -394,7 +416,8 @@ def main() -> None:
     all_shapes = shapes()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", choices=sorted(all_shapes),
-                        help="repeatable; default: tiny, smollm2-135m, qwen2.5-0.5b")
+                        help="repeatable; default: tiny, smollm2-135m-instruct (the "
+                        "real weights), qwen2.5-0.5b")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (median)")
@@ -425,8 +448,9 @@ def main() -> None:
               f"the bench's extra: pip install --no-deps torchao=={TORCHAO_PIN})")
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.shape or ["tiny", "smollm2-135m", "qwen2.5-0.5b"]:
-            records.append(bench(name, all_shapes[name], args, have_torchao, Path(tmp)))
+        for name in args.shape or ["tiny", REAL, "qwen2.5-0.5b"]:
+            hf = all_shapes[name] or real_config(name)
+            records.append(bench(name, hf, args, have_torchao, Path(tmp)))
     if args.json:
         meta = {"machine": cpu_name(), "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "torchao": ao_version}

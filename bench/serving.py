@@ -22,10 +22,10 @@ them; all by default):
   continuous batching runs SDPA over its paged cache; there is no other paged kernel on
   a CPU but "paged|eager"). Timed on both sides from the first request added to the last
   one finished (transformers' manager is made, and its cache allocated, before the
-  clock starts). The SmolLM2-135M shape (random weights, written by transformers'
-  LlamaForCausalLM with save_pretrained, loaded by both libraries from those files) runs
+  clock starts). SmolLM2-135M-Instruct (the real weights: its GGUF file, installed by `make`,
+  dequantized to float32 by llmcore's reader and by transformers' `gguf_file=`) runs
   a smaller set, so that the section stays affordable on two cores; the bench prints
-  the set it used. Targets (issue 27): >= 3x on tiny, >= 1.3x on the SmolLM2-135M shape.
+  the set it used. Targets (issue 27): >= 3x on tiny, >= 1.3x on SmolLM2-135M-Instruct.
   Also, on both models, the share of the machine's matmul FLOP/s the engine reaches in
   the burst's prefill-heavy steps (goal >= 70%, issue 27): the engine's burst runs
   `engine.run()`'s loop with a clock read around each `engine.step()`, and the
@@ -43,7 +43,7 @@ them; all by default):
   `replay`) at 50%, 80% and 100% of that rate, through the continuous engine and the
   static one (`Engine(static=True)`: refills only an empty batch). Target: continuous's
   p99 TTFT <= 1/3 of static's at 80% load.
-- chunked: 16 requests decode on the SmolLM2-135M shape (the tiny model has only 1,024
+- chunked: 16 requests decode on SmolLM2-135M-Instruct (the tiny model has only 1,024
   positions) when a 2,048-token prompt arrives; prefilled whole (token_budget=None)
   or in chunks that share steps with the decodes (token_budget=256). Target: the 16
   running requests' p99 inter-token gap >= 3x lower with chunks, throughput (output
@@ -75,7 +75,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -95,9 +94,8 @@ from llmcore.traffic import (  # noqa: E402
     summarize,
     synthetic_requests,
 )
-from llmcore.pretrained import bundled_dir, hf_config, load, load_model  # noqa: E402
+from llmcore.pretrained import bundled_dir, load, load_model, locate  # noqa: E402
 from llmcore.profile import (  # noqa: E402
-    MODEL_SHAPES,
     attention_flops,
     matmul_weights,
     measure_matmul_flops,
@@ -110,6 +108,7 @@ from tokenizer_train import cpu_name  # noqa: E402  (bench/ holds the one copy)
 
 SECTIONS = ("peer", "trace", "chunked", "prefix", "tight")
 BLOCK = 16  # tokens per KV block (page), both libraries
+REAL = "smollm2-135m-instruct"  # llmcore.pretrained.KNOWN: the real model's GGUF file
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ class Sizes:
     prompt_lens: tuple[int, int] = (16, 512)
     output_lens: tuple[int, int] = (4, 256)
     max_batch: int = 32
-    big_n: int = 16                             # requests on the SmolLM2-135M shape
+    big_n: int = 16                             # requests on SmolLM2-135M-Instruct
     big_prompt_lens: tuple[int, int] = (16, 256)
     big_output_lens: tuple[int, int] = (4, 64)
     loads: tuple[float, ...] = (0.5, 0.8, 1.0)
@@ -181,28 +180,23 @@ def tiny_pair(with_hf: bool = True):
     return model.eval(), (hf_load(bundled_dir("tiny")) if with_hf else None)
 
 
-def smollm_pair(workdir: Path, with_hf: bool = True):
-    """The SmolLM2-135M shape with random weights: a transformers LlamaForCausalLM
-    saved with save_pretrained, loaded by both libraries from those files."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = workdir / "smollm2-135m-shape"
-    if not (path / "config.json").is_file():
-        fields = hf_config(MODEL_SHAPES["SmolLM2-135M"], eos_id=0)
-        fields["torch_dtype"] = "float32"
-        torch.manual_seed(0)
-        LlamaForCausalLM(LlamaConfig(**fields)).save_pretrained(path)
+def smollm_pair(with_hf: bool = True):
+    """SmolLM2-135M-Instruct, the real weights: its GGUF file (installed by `make`),
+    dequantized to float32 by llmcore's reader and by transformers' (gguf_file=)."""
+    path = locate(REAL)
     model = load_model(path, dtype=torch.float32).eval()
-    return model, (hf_load(path) if with_hf else None)
+    return model, (hf_load(path.parent, gguf_file=path.name) if with_hf else None)
 
 
-def hf_load(path: Path):
+def hf_load(path: Path, **where):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, attn_implementation="paged|sdpa").eval()
+            path, dtype=torch.float32, attn_implementation="paged|sdpa", **where).eval()
     model.generation_config.eos_token_id = None  # never stop early, as llmcore's runs
     model.generation_config.pad_token_id = 0
     return model
@@ -555,72 +549,71 @@ def main(argv: list[str] | None = None) -> int:
     requests = synthetic_requests(sizes.n, prompt_lens=sizes.prompt_lens,
                                   output_lens=sizes.output_lens,
                                   vocab_size=tiny.cfg.vocab_size, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        big = hf_big = None
-        if "peer" in args.only or "chunked" in args.only:
-            big, hf_big = smollm_pair(Path(tmp), with_hf=need_hf)
-        if "peer" in args.only:
-            big_requests = synthetic_requests(
-                sizes.big_n, prompt_lens=sizes.big_prompt_lens,
-                output_lens=sizes.big_output_lens, vocab_size=big.cfg.vocab_size,
-                seed=1)
-            print("\n== llmcore Engine vs transformers continuous batching "
-                  f"(max_batch {sizes.max_batch} on both sides)")
-            print("model | requests | llmcore tok/s | transformers tok/s | ratio | "
-                  "target | same tokens")
-            for label, model, hf_model, reqs, target in (
-                    ("tiny", tiny, hf_tiny, requests, 3.0),
-                    ("SmolLM2-135M shape", big, hf_big, big_requests, 1.3)):
-                row = bench_peer(label, model, hf_model, reqs, sizes.max_batch,
-                                 sizes.repeat)
-                ok &= row["same"] and row["lengths"]
-                same = ("yes" if row["same"] else f"NO ({row['differ']} requests "
-                        "differ)")
-                print(f"{label} | {row['requests']} | {row['ours']:.0f} | "
-                      f"{row['theirs']:.0f} | {row['ratio']:.2f}x | target >= "
-                      f"{target}x: {verdict(row['ratio'] >= target)} | {same}, "
-                      f"lengths = max_tokens: {row['lengths']}")
-                lines.append(f"Engine vs transformers, {label}: {row['ratio']:.2f}x "
-                             f"(target >= {target}x: "
-                             f"{verdict(row['ratio'] >= target)})")
-                h, share = row["heavy"], row["share"]
-                print(f"  {label}, prefill-heavy steps (prompt tokens > half the "
-                      f"step's; a middle round): {h['steps']} of {h['of']} steps, "
-                      f"{h['seconds']:.2f} s = {h['share']:.0%} of the burst, "
-                      f"{h['tokens']} tokens of which {h['prompt']} prompt; "
-                      f"{row['prefill_flops'] / 1e9:.1f} GFLOP/s against "
-                      f"{row['peak'] / 1e9:.1f} GFLOP/s for a 1024x1024 product and "
-                      f"{row['shape_peak'] / 1e9:.1f} for the model's (512 x "
-                      f"{model.cfg.dim}) @ ({model.cfg.dim} x "
-                      f"{model.cfg.hidden_dim}), measured in the same rounds")
-                print(f"  {label}, prefill FLOP/s: {share:.0%} of measured matmul "
-                      f"FLOP/s (goal >= 70%: {verdict(share >= 0.7)}); "
-                      f"{row['shape_share']:.0%} of the model-shape product's")
-                lines.append(f"prefill FLOP/s, {label}: {share:.0%} of measured "
-                             f"matmul FLOP/s (goal >= 70%: {verdict(share >= 0.7)})")
-        if "chunked" in args.only:
-            row = bench_chunked(big, sizes, sizes.repeat)
-            ok &= row["same"]
-            print(f"\n== chunked prefill (SmolLM2-135M shape): a {sizes.chunk_prompt}"
-                  f"-token prompt arrives after {row['steps_before']} decode steps "
-                  f"of {sizes.chunk_running} requests ({sizes.chunk_running_prompt}-"
-                  f"token prompts, {sizes.chunk_running_tokens} tokens each; "
-                  f"p99 over their {row['gaps']} gaps)")
-            print("token_budget | p99 gap | mean gap | output tok/s")
-            for name, budget in (("whole", None), ("chunked", row["budget"])):
-                print(f"{budget} | {row['p99'][name] * 1e3:.0f} ms | "
-                      f"{row['mean'][name] * 1e3:.0f} ms | "
-                      f"{row['throughput'][name]:.1f}")
-            thr = row["thr_ratio"]
-            print(f"p99 gap {row['gap_ratio']:.1f}x lower with chunks (target >= 3x: "
-                  f"{verdict(row['gap_ratio'] >= 3)}); throughput with chunks "
-                  f"{thr:.2f}x that without (target > 0.90x: {verdict(thr > 0.9)}); "
-                  f"tokens identical: {row['same']}")
-            lines.append(f"chunked prefill: p99 gap {row['gap_ratio']:.1f}x lower "
-                         f"(target >= 3x: {verdict(row['gap_ratio'] >= 3)}), "
-                         f"throughput {thr:.2f}x (target > 0.90x: "
-                         f"{verdict(thr > 0.9)})")
-        del big, hf_big, hf_tiny
+    big = hf_big = None
+    if "peer" in args.only or "chunked" in args.only:
+        big, hf_big = smollm_pair(with_hf=need_hf)
+    if "peer" in args.only:
+        big_requests = synthetic_requests(
+            sizes.big_n, prompt_lens=sizes.big_prompt_lens,
+            output_lens=sizes.big_output_lens, vocab_size=big.cfg.vocab_size,
+            seed=1)
+        print("\n== llmcore Engine vs transformers continuous batching "
+              f"(max_batch {sizes.max_batch} on both sides)")
+        print("model | requests | llmcore tok/s | transformers tok/s | ratio | "
+              "target | same tokens")
+        for label, model, hf_model, reqs, target in (
+                ("tiny", tiny, hf_tiny, requests, 3.0),
+                ("SmolLM2-135M-Instruct", big, hf_big, big_requests, 1.3)):
+            row = bench_peer(label, model, hf_model, reqs, sizes.max_batch,
+                             sizes.repeat)
+            ok &= row["same"] and row["lengths"]
+            same = ("yes" if row["same"] else f"NO ({row['differ']} requests "
+                    "differ)")
+            print(f"{label} | {row['requests']} | {row['ours']:.0f} | "
+                  f"{row['theirs']:.0f} | {row['ratio']:.2f}x | target >= "
+                  f"{target}x: {verdict(row['ratio'] >= target)} | {same}, "
+                  f"lengths = max_tokens: {row['lengths']}")
+            lines.append(f"Engine vs transformers, {label}: {row['ratio']:.2f}x "
+                         f"(target >= {target}x: "
+                         f"{verdict(row['ratio'] >= target)})")
+            h, share = row["heavy"], row["share"]
+            print(f"  {label}, prefill-heavy steps (prompt tokens > half the "
+                  f"step's; a middle round): {h['steps']} of {h['of']} steps, "
+                  f"{h['seconds']:.2f} s = {h['share']:.0%} of the burst, "
+                  f"{h['tokens']} tokens of which {h['prompt']} prompt; "
+                  f"{row['prefill_flops'] / 1e9:.1f} GFLOP/s against "
+                  f"{row['peak'] / 1e9:.1f} GFLOP/s for a 1024x1024 product and "
+                  f"{row['shape_peak'] / 1e9:.1f} for the model's (512 x "
+                  f"{model.cfg.dim}) @ ({model.cfg.dim} x "
+                  f"{model.cfg.hidden_dim}), measured in the same rounds")
+            print(f"  {label}, prefill FLOP/s: {share:.0%} of measured matmul "
+                  f"FLOP/s (goal >= 70%: {verdict(share >= 0.7)}); "
+                  f"{row['shape_share']:.0%} of the model-shape product's")
+            lines.append(f"prefill FLOP/s, {label}: {share:.0%} of measured "
+                         f"matmul FLOP/s (goal >= 70%: {verdict(share >= 0.7)})")
+    if "chunked" in args.only:
+        row = bench_chunked(big, sizes, sizes.repeat)
+        ok &= row["same"]
+        print(f"\n== chunked prefill (SmolLM2-135M-Instruct): a {sizes.chunk_prompt}"
+              f"-token prompt arrives after {row['steps_before']} decode steps "
+              f"of {sizes.chunk_running} requests ({sizes.chunk_running_prompt}-"
+              f"token prompts, {sizes.chunk_running_tokens} tokens each; "
+              f"p99 over their {row['gaps']} gaps)")
+        print("token_budget | p99 gap | mean gap | output tok/s")
+        for name, budget in (("whole", None), ("chunked", row["budget"])):
+            print(f"{budget} | {row['p99'][name] * 1e3:.0f} ms | "
+                  f"{row['mean'][name] * 1e3:.0f} ms | "
+                  f"{row['throughput'][name]:.1f}")
+        thr = row["thr_ratio"]
+        print(f"p99 gap {row['gap_ratio']:.1f}x lower with chunks (target >= 3x: "
+              f"{verdict(row['gap_ratio'] >= 3)}); throughput with chunks "
+              f"{thr:.2f}x that without (target > 0.90x: {verdict(thr > 0.9)}); "
+              f"tokens identical: {row['same']}")
+        lines.append(f"chunked prefill: p99 gap {row['gap_ratio']:.1f}x lower "
+                     f"(target >= 3x: {verdict(row['gap_ratio'] >= 3)}), "
+                     f"throughput {thr:.2f}x (target > 0.90x: "
+                     f"{verdict(thr > 0.9)})")
+    del big, hf_big, hf_tiny
     if "trace" in args.only:
         row = bench_trace(tiny, requests, sizes.max_batch, sizes.loads, sizes.repeat)
         ok &= row["same"]
