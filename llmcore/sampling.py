@@ -97,6 +97,8 @@ class SamplingParams:
     # stop after generating one of these
     stop_token_ids: list[int] = field(default_factory=list)
     include_stop_str_in_output: bool = False
+    # EOS ids are ordinary tokens (vLLM's; load benchmarks set it to get max_tokens)
+    ignore_eos: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -173,6 +175,7 @@ class SamplingParams:
             ("stop_token_ids", ids, f"a list of ints, each a {token}"),
             ("include_stop_str_in_output", lambda v: isinstance(v, bool),
              "True or False"),
+            ("ignore_eos", lambda v: isinstance(v, bool), "True or False"),
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):
