@@ -144,7 +144,8 @@ def default_eos_ids(tokenizer: Tokenizer) -> list[int]:
 class Reply:
     """One request's reply as it grows, and the rules every decode loop follows:
 
-    - stop ids are params.stop_token_ids plus the EOS ids. Drawing one ends the reply
+    - stop ids are params.stop_token_ids plus the EOS ids (none with
+      params.ignore_eos, which makes EOS an ordinary token). Drawing one ends the reply
       ("stop", stop_reason = the id); it counts as a completion token and is in
       token_ids; its text is in the reply only with include_stop_str_in_output.
     - a stop string ends the reply where it completes ("stop", stop_reason = the
@@ -180,8 +181,8 @@ class Reply:
             raise ValueError(f"max_tokens={self.max_tokens} is too few for the "
                              "shortest JSON value the constraint accepts; raise it")
         self.params, self.prompt_tokens, self.start = params, prompt_tokens, start
-        self.stop_ids = frozenset(params.stop_token_ids) | {int(t) for t in
-                                                            eos_token_ids}
+        eos = () if params.ignore_eos else eos_token_ids
+        self.stop_ids = frozenset(params.stop_token_ids) | {int(t) for t in eos}
         self.constraint = constraint
         self.json_state = None if constraint is None else constraint.start
         self.detokenizer = (None if tokenizer is None

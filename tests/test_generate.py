@@ -119,6 +119,19 @@ def test_min_tokens_holds_off_eos_until_reached(tok, model):
     assert r.finish_reason == "stop" and "<|endoftext|>" not in r.text
 
 
+
+def test_ignore_eos_makes_eos_an_ordinary_token_but_stop_ids_still_stop(tok, model):
+    eos = tok.special_tokens["<|endoftext|>"]
+    biased = dict(temperature=0, logit_bias={eos: 100.0}, max_tokens=4)
+    r = generate(model, tok, "x = 1", SamplingParams(**biased, ignore_eos=True))
+    assert r.token_ids == [eos] * 4 and r.finish_reason == "length"
+    # vLLM's rule: ignore_eos drops only the EOS ids; stop_token_ids still end the reply
+    r = generate(model, tok, "x = 1", SamplingParams(**biased, ignore_eos=True,
+                                                     stop_token_ids=[eos]))
+    assert r.token_ids == [eos] and r.finish_reason == "stop" and r.stop_reason == eos
+    with pytest.raises(ValueError, match="ignore_eos must be True or False"):
+        SamplingParams(ignore_eos="yes")
+
 def test_seeded_sampling_is_reproducible_and_seeds_differ(tok, model):
     def run(seed):
         return generate(model, tok, "class A:", SamplingParams(temperature=1.0, top_p=0.95, seed=seed,
