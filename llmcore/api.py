@@ -16,7 +16,9 @@ one request may ask for (stop strings, choices, bias entries, prompts).
 
 `null` means "the default" for every field, as in OpenAI's API. Besides OpenAI's
 parameters, the extras that vLLM accepts are read too: top_k (-1 or 0 = off), min_p,
-repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output; and vLLM's
+repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos;
+request_id (the reply's id), priority (0 only: requests are served first come, first
+served, as vLLM serves them unless started with its priority policy); and vLLM's
 /tokenize and /detokenize bodies (parse_tokenize, parse_detokenize).
 """
 from __future__ import annotations
@@ -93,6 +95,7 @@ class ParsedRequest:
     tools: list | None = None      # chat's tools, rendered by the template
     tool_choice: str = "none"      # "none", "auto", "required" or a function's name
     parallel_tool_calls: bool = True
+    request_id: str | None = None  # the caller's id for the reply; None: a fresh one
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:
@@ -175,7 +178,8 @@ class _Fields:
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
            "stream_options", "stop", "seed", "presence_penalty", "frequency_penalty",
            "logit_bias", "response_format", "top_k", "min_p", "repetition_penalty",
-           "min_tokens", "stop_token_ids", "include_stop_str_in_output"}
+           "min_tokens", "stop_token_ids", "include_stop_str_in_output", "ignore_eos",
+           "priority", "request_id"}
 
 
 _API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams lacks
@@ -246,7 +250,7 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt:
               for name in ("temperature", "top_p", "min_p", "repetition_penalty",
                            "presence_penalty", "frequency_penalty", "seed",
                            "min_tokens", "stop_token_ids",
-                           "include_stop_str_in_output")}
+                           "include_stop_str_in_output", "ignore_eos")}
     n = f.get("n", lambda v: is_int(v) and 1 <= v <= lim.max_n,
               f"an int in [1, {lim.max_n}]", 1)
     try:
@@ -261,6 +265,19 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt:
                        ) from None
     return (params, n, stream, options.get("include_usage", False),
             fmt["type"] == "json_object", schema)
+
+
+def _request_id(f: _Fields) -> str | None:
+    """vLLM's request_id (the reply's id is its prefix + this) after checking
+    priority, which only the first-come-first-served value 0 may take here."""
+    priority = f.get("priority", is_int, "an int", 0)
+    if priority != 0:
+        raise APIError(400, f"'priority' {priority} cannot be honoured: this server "
+                            "schedules first come, first served (vLLM too, unless "
+                            "started with --scheduling-policy priority); send 0 or "
+                            "remove it", param="priority")
+    return f.get("request_id", lambda v: isinstance(v, str) and 0 < len(v) <= 256
+                 and v.isprintable(), "a string of 1 to 256 printable characters")
 
 
 def _check_model(f: _Fields, served: ServedModel) -> None:
@@ -329,7 +346,8 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
                      f"an int in [0, {lim.max_logprobs}]")
     echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
     return ParsedRequest("text_completion", ids, texts, params, n, stream, usage,
-                         logprobs, echo, json_only, schema)
+                         logprobs, echo, json_only, schema,
+                         request_id=_request_id(f))
 
 
 def _tool_arguments(messages) -> list:
@@ -457,7 +475,7 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
                        param="top_logprobs")
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
                          (top or 0) if want else None, False, json_only, schema,
-                         tools, choice, parallel)
+                         tools, choice, parallel, _request_id(f))
 
 
 def tokenize_reply(body: Any, served: ServedModel) -> dict:

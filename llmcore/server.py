@@ -278,9 +278,10 @@ class OpenAIServer:
             raise APIError(503, f"the server is at capacity ({self._in_flight} "
                                 "requests in flight); retry later")
         prefix = "chatcmpl-" if parsed.kind == "chat.completion" else "cmpl-"
-        rid = prefix + uuid.uuid4().hex
+        rid = prefix + (parsed.request_id or uuid.uuid4().hex)  # what the reply says
         events = _Events(asyncio.get_running_loop(), parsed.stream)
-        ids = [f"{rid}-{i}" for i in range(jobs)]
+        # the engine's ids stay unique when two callers send one request_id
+        ids = [f"{prefix}{uuid.uuid4().hex}-{i}" for i in range(jobs)]
         constraint = await self._constraint(parsed)
         self._in_flight += jobs
         try:

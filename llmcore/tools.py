@@ -100,10 +100,62 @@ def tool_schema(tools: list[dict], choice: str) -> dict | None:
     return {"type": "array", "items": {"anyOf": calls}, "minItems": 1}
 
 
-def _call(name: str, arguments) -> dict:
+def _call(name: str, arguments: str) -> dict:
+    """An OpenAI tool call whose arguments are the JSON text the model wrote."""
     return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments,
-                                                               ensure_ascii=False)}}
+            "function": {"name": name, "arguments": arguments}}
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity
+
+
+_DECODER, _SPACE = json.JSONDecoder(parse_constant=_not_json), " \t\n\r"
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _SPACE:
+        i += 1
+    return i
+
+
+def _spans(text: str, opening: str) -> list[tuple[str | None, object, str]]:
+    """The members of the JSON object (opening "{") or the items of the array ("[")
+    that `text` holds, each as (key or None, value, the value's text as written).
+    The text is kept so that a call's arguments reach the client as the model wrote
+    them: parsed and dumped again, 1e999 would become Infinity, which is not JSON,
+    and 0.30000000000000000001 would become 0.3. ValueError if `text` is anything
+    else (whitespace around it allowed)."""
+    closing = "}" if opening == "{" else "]"
+    i = _skip(text, 0)
+    if text[i:i + 1] != opening:
+        raise ValueError(f"expected {opening!r}")
+    i, out = _skip(text, i + 1), []
+    more = text[i:i + 1] != closing  # an empty object or array has no member
+    while more:
+        key = None
+        if opening == "{":
+            key, i = _DECODER.raw_decode(text, i)
+            i = _skip(text, i)
+            if not isinstance(key, str) or text[i:i + 1] != ":":
+                raise ValueError("expected a string key and ':'")
+            i = _skip(text, i + 1)
+        value, end = _DECODER.raw_decode(text, i)
+        out.append((key, value, text[i:end]))
+        i = _skip(text, end)
+        more = text[i:i + 1] == ","
+        if not more and text[i:i + 1] != closing:
+            raise ValueError(f"expected ',' or {closing!r}")
+        i = _skip(text, i + 1) if more else i
+    if _skip(text, i + 1) != len(text):
+        raise ValueError("text after the JSON value")
+    return out
+
+
+def _arguments(text: str) -> str:
+    """A call's arguments: `text` itself if it is one JSON object, else ValueError."""
+    _spans(text, "{")
+    return text.strip()
 
 
 def parse_tool_calls(text: str, tools: list[dict], choice: str
@@ -112,14 +164,19 @@ def parse_tool_calls(text: str, tools: list[dict], choice: str
     arguments. "required": a JSON array of {"name", "parameters"}. "auto": every
     `<tool_call>{"name", "arguments"}</tool_call>` block naming a known function
     becomes a call, the text around them the content. Text that holds no valid call
-    stays content."""
+    stays content. Each call's `arguments` is the object's text as the model wrote it
+    (never parsed and dumped again)."""
     names = {t["function"]["name"] for t in tools or []}
     try:
         if choice in names:
-            return None, [_call(choice, json.loads(text))]
+            return None, [_call(choice, _arguments(text))]
         if choice == "required":
-            calls = json.loads(text)
-            return None, [_call(c["name"], c["parameters"]) for c in calls]
+            calls = []
+            for _, _, item in _spans(text, "["):
+                members = {key: raw for key, _, raw in _spans(item, "{")}
+                calls.append(_call(json.loads(members["name"]),
+                                   _arguments(members["parameters"])))
+            return None, calls
     except (ValueError, TypeError, KeyError):
         return text, []  # cut short (finish_reason "length"): no call to return
     if choice != "auto":
@@ -127,11 +184,14 @@ def parse_tool_calls(text: str, tools: list[dict], choice: str
     calls, kept, end = [], [], 0
     for match in _CALL.finditer(text):
         try:
-            found = json.loads(match.group(1))
-            name, arguments = found["name"], found.get("arguments", {})
+            found = {key: (value, raw) for key, value, raw in
+                     _spans(match.group(1), "{")}
+            name = found["name"][0]
+            arguments = _arguments(found["arguments"][1]) if "arguments" in found \
+                else "{}"
         except (ValueError, TypeError, KeyError):
             continue
-        if name in names and isinstance(arguments, dict):
+        if name in names:
             calls.append(_call(name, arguments))
             kept.append(text[end:match.start()])
             end = match.end()

@@ -622,13 +622,65 @@ def test_vllm_sampling_extras(client, tiny):
     assert later.text == want.text and len(want.token_ids) >= 4
 
 
+
+def test_ignore_eos_generates_max_tokens_past_the_end_of_text(client, tiny):
+    """vLLM's ignore_eos (what guidellm and `vllm bench serve` send): EOS becomes an
+    ordinary token, so a benchmark gets the output length it asked for."""
+    _, tokenizer = tiny
+    eos = tokenizer.special_tokens["<|endoftext|>"]
+
+    def create(**extra):
+        return client.completions.create(model=MODEL, prompt=CODE, max_tokens=5,
+                                         temperature=0, logit_bias={str(eos): 100},
+                                         extra_body=extra)
+    for ended in (create(), create(ignore_eos=False), create(ignore_eos=None)):
+        assert ended.choices[0].finish_reason == "stop"  # the bias makes EOS first
+        assert ended.usage.completion_tokens == 1
+    kept = create(ignore_eos=True)
+    assert kept.choices[0].finish_reason == "length"
+    assert kept.usage.completion_tokens == 5
+    want = _expected(tiny, CODE, max_tokens=5, logit_bias={eos: 100}, ignore_eos=True)
+    assert kept.choices[0].text == want.text and len(want.token_ids) == 5
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+        temperature=0, logit_bias={str(eos): 100}, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert chunks[-1].usage.completion_tokens == 6
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_request_id_names_the_reply_and_priority_is_first_come(client):
+    kwargs = dict(model=MODEL, prompt=CODE, max_tokens=2, temperature=0)
+    named = client.completions.create(**kwargs, extra_body={"request_id": "job-7"})
+    assert named.id == "cmpl-job-7"
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        extra_body={"request_id": "job-7", "priority": 0})
+    assert chat.id == "chatcmpl-job-7"
+    # two requests in flight under one id: both served (the engine's ids are its own)
+    streams = [client.completions.create(**kwargs, stream=True,
+                                         extra_body={"request_id": "same"})
+               for _ in range(2)]
+    for stream in streams:
+        chunks = list(stream)
+        assert {c.id for c in chunks} == {"cmpl-same"}
+        assert chunks[-1].choices[0].finish_reason == "length"
+    unnamed = {client.completions.create(**kwargs).id for _ in range(2)}
+    assert len(unnamed) == 2
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(**kwargs, extra_body={"priority": 1})
+    assert "first come, first served" in err.value.body["message"]
+    assert err.value.body["param"] == "priority"
+
+
 # Every optional field of each endpoint, for "null means the default".
 COMPLETION_FIELDS = ["model", "max_tokens", "top_p", "n", "stream", "stream_options",
                      "stop", "seed", "presence_penalty", "frequency_penalty",
                      "logit_bias", "response_format", "top_k", "min_p",
                      "repetition_penalty", "min_tokens", "stop_token_ids",
                      "include_stop_str_in_output", "echo", "logprobs", "best_of",
-                     "user", "suffix", "temperature"]
+                     "user", "suffix", "temperature", "ignore_eos", "priority",
+                     "request_id"]
 CHAT_FIELDS = [f for f in COMPLETION_FIELDS
                if f not in ("echo", "best_of", "suffix")] + [
     "max_completion_tokens", "top_logprobs", "add_generation_prompt",
@@ -1057,6 +1109,11 @@ BAD_INPUTS = [
      "'repetition_penalty'"),
     ("max_tokens -1", completion(max_tokens=-1), 400, "'max_tokens'"),
     ("min_tokens -1", completion(min_tokens=-1), 400, "'min_tokens'"),
+    ("ignore_eos a string", completion(ignore_eos="yes"), 400, "'ignore_eos'"),
+    ("request_id empty", completion(request_id=""), 400,
+     "'request_id' must be a string of 1 to 256 printable characters"),
+    ("request_id with a newline", completion(request_id="a\nb"), 400, "'request_id'"),
+    ("priority a string", completion(priority="high"), 400, "'priority' must be an int"),
     ("logprobs -1", completion(logprobs=-1), 400, "'logprobs'"),
     ("top_logprobs -1", chat(logprobs=True, top_logprobs=-1), 400, "'top_logprobs'"),
     ("logit_bias value -100.5", completion(logit_bias={"5": -100.5}), 400,

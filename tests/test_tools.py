@@ -6,6 +6,8 @@ import re
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmcore.constrained import compile_schema
 from llmcore.tools import check_tool_choice, check_tools, parse_tool_calls, tool_schema
@@ -78,3 +80,66 @@ def test_parse_tool_calls():
     # cut short by max_tokens: no call, the text is what came back
     assert parse_tool_calls('[{"name": "get_ti', tools, "required") == (
         '[{"name": "get_ti', [])
+
+
+def _strict(text: str):
+    """Parse as a strict JSON parser does: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+_EDGE_NUMBERS = st.sampled_from([
+    "0", "-0", "1e999", "-1e999", "1E+308", "2.2250738585072014e-308", "4.9e-324",
+    "0.30000000000000000001", "123456789012345678901234567890", "-9007199254740993",
+    "1.0", "1e-999"])
+_SCALARS = st.one_of(_EDGE_NUMBERS, st.integers().map(str),
+                     st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                     st.text(max_size=8).map(json.dumps),
+                     st.sampled_from(["true", "false", "null"]))
+_SPACES = st.sampled_from(["", " ", "\n  ", "\t"])
+
+
+@st.composite
+def _json_text(draw, depth=2):
+    """JSON text with the numbers a model may write (beyond float range, more digits
+    than a double holds) and free whitespace, as a grammar lets a model write it."""
+    if depth == 0 or draw(st.booleans()):
+        return draw(_SCALARS)
+    sp = draw(_SPACES)
+    if draw(st.booleans()):
+        items = draw(st.lists(_json_text(depth - 1), max_size=3))
+        return "[" + sp + ("," + sp).join(items) + sp + "]"
+    keys = draw(st.lists(st.text(max_size=5), max_size=3, unique=True))
+    members = [json.dumps(k) + sp + ":" + sp + draw(_json_text(depth - 1))
+               for k in keys]
+    return "{" + sp + ("," + sp).join(members) + sp + "}"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.text(max_size=5), _json_text()), min_size=1, max_size=3,
+                unique_by=lambda kv: kv[0]), _SPACES)
+def test_tool_arguments_are_the_models_text_and_parse_strictly(members, sp):
+    arguments = "{" + sp + ("," + sp).join(
+        json.dumps(k) + ":" + sp + v for k, v in members) + sp + "}"
+    tools = [WEATHER, TIME]
+    named = parse_tool_calls(sp + arguments + sp, tools, "get_weather")[1]
+    required = parse_tool_calls(
+        '[{"name": "get_time",' + sp + '"parameters": ' + arguments + '}]', tools,
+        "required")[1]
+    auto = parse_tool_calls('<tool_call>\n{"name": "get_time", "arguments": '
+                            + arguments + '}\n</tool_call>', tools, "auto")[1]
+    for calls in (named, required, auto):
+        assert len(calls) == 1
+        text = calls[0]["function"]["arguments"]
+        assert text == arguments  # exactly as written: never parsed and dumped again
+        assert _strict(text) == _strict(arguments)  # so no Infinity, no lost digits
+
+
+def test_arguments_that_are_not_strict_json_are_no_call():
+    tools = [WEATHER]
+    for text in ('{"city": NaN}', '{"city": Infinity}', '{"city": "Oslo",}',
+                 '{"city": "Oslo"} trailing', '["Oslo"]'):
+        assert parse_tool_calls(text, tools, "get_weather") == (text, []), text
+        block = f'<tool_call>{{"name": "get_weather", "arguments": {text}}}</tool_call>'
+        assert parse_tool_calls(block, tools, "auto") == (block, []), text
