@@ -191,7 +191,7 @@ def parse_tool_calls(text: str, tools: list[dict], choice: str
                 else "{}"
         except (ValueError, TypeError, KeyError):
             continue
-        if name in names:
+        if isinstance(name, str) and name in names:  # a list as a name: no call
             calls.append(_call(name, arguments))
             kept.append(text[end:match.start()])
             end = match.end()

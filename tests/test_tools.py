@@ -143,3 +143,8 @@ def test_arguments_that_are_not_strict_json_are_no_call():
         assert parse_tool_calls(text, tools, "get_weather") == (text, []), text
         block = f'<tool_call>{{"name": "get_weather", "arguments": {text}}}</tool_call>'
         assert parse_tool_calls(block, tools, "auto") == (block, []), text
+
+
+def test_a_call_whose_name_is_not_a_string_stays_content():
+    block = '<tool_call>{"name": ["get_weather"], "arguments": {}}</tool_call>'
+    assert parse_tool_calls(block, [WEATHER], "auto") == (block, [])
