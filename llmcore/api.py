@@ -17,9 +17,10 @@ one request may ask for (stop strings, choices, bias entries, prompts).
 `null` means "the default" for every field, as in OpenAI's API. Besides OpenAI's
 parameters, the extras that vLLM accepts are read too: top_k (-1 or 0 = off), min_p,
 repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos;
-request_id (the reply's id), priority (0 only: requests are served first come, first
-served, as vLLM serves them unless started with its priority policy); and vLLM's
-/tokenize and /detokenize bodies (parse_tokenize, parse_detokenize).
+truncate_prompt_tokens (keep a prompt's last k tokens), request_id (the reply's id),
+priority (0 only: requests are served first come, first served, as vLLM serves them
+unless started with its priority policy); and vLLM's /tokenize and /detokenize bodies
+(parse_tokenize, parse_detokenize).
 """
 from __future__ import annotations
 
@@ -179,7 +180,7 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
            "stream_options", "stop", "seed", "presence_penalty", "frequency_penalty",
            "logit_bias", "response_format", "top_k", "min_p", "repetition_penalty",
            "min_tokens", "stop_token_ids", "include_stop_str_in_output", "ignore_eos",
-           "priority", "request_id"}
+           "priority", "request_id", "truncate_prompt_tokens"}
 
 
 _API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams lacks
@@ -280,6 +281,25 @@ def _request_id(f: _Fields) -> str | None:
                  and v.isprintable(), "a string of 1 to 256 printable characters")
 
 
+def _truncated(f: _Fields, served: ServedModel, prompts: list[list[int]],
+               texts: list[str]) -> tuple[list[list[int]], list[str]]:
+    """vLLM's truncate_prompt_tokens: k keeps each prompt's last k tokens (its text
+    becomes theirs), -1 the last context-many; null keeps the prompt whole."""
+    k = f.get("truncate_prompt_tokens", lambda v: is_int(v) and (v == -1 or v >= 1),
+              "-1 (the model's context) or an int >= 1 (keep the prompt's last k "
+              "tokens)")
+    if k is None:
+        return prompts, texts
+    if k > served.context:
+        raise APIError(400, f"'truncate_prompt_tokens' is {k}, more than the model's "
+                            f"context of {served.context} tokens; send at most "
+                            f"{served.context}, or -1", param="truncate_prompt_tokens")
+    k = served.context if k == -1 else k
+    texts = [text if len(ids) <= k else served.tokenizer.decode(ids[-k:])
+             for ids, text in zip(prompts, texts)]
+    return [ids[-k:] for ids in prompts], texts
+
+
 def _check_model(f: _Fields, served: ServedModel) -> None:
     model = f.get("model", lambda v: isinstance(v, str), "a string", served.name)
     if model != served.name:
@@ -333,7 +353,7 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
     """POST /v1/completions."""
     f = _Fields(body, _COMMON | {"prompt", "echo", "logprobs", "best_of"}, "prompt")
     _check_model(f, served)
-    ids, texts = _prompts(body["prompt"], served)
+    ids, texts = _truncated(f, served, *_prompts(body["prompt"], served))
     max_tokens, name = _max_tokens(f, 16, "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(
         f, served, max_tokens, max(map(len, ids)), name)
@@ -456,6 +476,7 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     tools, choice, parallel = _tools(f)
     text = _chat_text(f, served, tools)
     ids = served.tokenizer.encode(text, allowed_special="all")
+    (ids,), (text,) = _truncated(f, served, [ids], [text])
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(f, served, max_tokens,
                                                             len(ids), name)

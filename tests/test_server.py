@@ -673,6 +673,31 @@ def test_request_id_names_the_reply_and_priority_is_first_come(client):
     assert err.value.body["param"] == "priority"
 
 
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(client, tiny):
+    _, tokenizer = tiny
+    ids = tokenizer.encode(CODE)
+    kept = client.completions.create(model=MODEL, prompt=CODE, max_tokens=6,
+                                     temperature=0, echo=True,
+                                     extra_body={"truncate_prompt_tokens": 3})
+    assert kept.usage.prompt_tokens == 3
+    tail = tokenizer.decode(ids[-3:])
+    want = _expected(tiny, ids[-3:], max_tokens=6)
+    assert kept.choices[0].text == tail + want.text  # echo shows the kept prompt
+    whole = client.completions.create(model=MODEL, prompt=CODE, max_tokens=6,
+                                      extra_body={"truncate_prompt_tokens": 999})
+    assert whole.usage.prompt_tokens == len(ids)  # shorter than k: unchanged
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello " * 40}],
+        max_tokens=2, extra_body={"truncate_prompt_tokens": 10})
+    assert chat.usage.prompt_tokens == 10
+    for bad in (0, -2, 10**9, "3"):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.completions.create(model=MODEL, prompt=CODE, max_tokens=2,
+                                      extra_body={"truncate_prompt_tokens": bad})
+        assert err.value.body["param"] == "truncate_prompt_tokens"
+
+
 # Every optional field of each endpoint, for "null means the default".
 COMPLETION_FIELDS = ["model", "max_tokens", "top_p", "n", "stream", "stream_options",
                      "stop", "seed", "presence_penalty", "frequency_penalty",
@@ -680,7 +705,7 @@ COMPLETION_FIELDS = ["model", "max_tokens", "top_p", "n", "stream", "stream_opti
                      "repetition_penalty", "min_tokens", "stop_token_ids",
                      "include_stop_str_in_output", "echo", "logprobs", "best_of",
                      "user", "suffix", "temperature", "ignore_eos", "priority",
-                     "request_id"]
+                     "request_id", "truncate_prompt_tokens"]
 CHAT_FIELDS = [f for f in COMPLETION_FIELDS
                if f not in ("echo", "best_of", "suffix")] + [
     "max_completion_tokens", "top_logprobs", "add_generation_prompt",
