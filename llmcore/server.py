@@ -393,6 +393,8 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
     parser.add_argument("--trace-memory", action="store_true", help="trace "
                         "Python allocations with tracemalloc: the gauge "
                         "llmcore_python_heap_bytes (slows the server)")
+    parser.add_argument("--debug", action="store_true", help="a startup error shows "
+                        "its traceback instead of one line")
     return parser
 
 
@@ -423,12 +425,18 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
         tracemalloc.start()
     import torch
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
-    try:  # a model that cannot be found or read: its one-line reason, no traceback
+    try:  # a model that cannot be found or read: one line, no traceback (--debug)
         where = locate(args.model)
         model = (load_model or load_any)(where, device=args.device, dtype=args.dtype)
         tokenizer = load_tokenizer(where)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"llmcore: cannot load --model {args.model}: {err}") from None
+    except Exception as err:
+        if getattr(args, "debug", False):
+            raise
+        reason = " ".join(str(err).split()) or type(err).__name__
+        if not isinstance(err, (OSError, ValueError)):  # not a reason we wrote
+            reason = f"{type(err).__name__}: {reason}"
+        raise SystemExit(f"llmcore: cannot load --model {args.model}: {reason} "
+                         "(--debug shows the traceback)") from None
     if model_transform is not None:
         model = model_transform(model)
     kv_pool = KVPool if kv_pool is None else kv_pool

