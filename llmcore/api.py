@@ -16,7 +16,11 @@ one request may ask for (stop strings, choices, bias entries, prompts).
 
 `null` means "the default" for every field, as in OpenAI's API. Besides OpenAI's
 parameters, the extras that vLLM accepts are read too: top_k (-1 or 0 = off), min_p,
-repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos;
+repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos,
+skip_special_tokens, spaces_between_special_tokens (a special token's text in the
+reply: skipped by default; kept, spaced as transformers' slow tokenizers write it),
+add_special_tokens (the tokenizer's BOS, ServedModel.prompt_prefix, before a prompt:
+on for completions, off for chat);
 truncate_prompt_tokens (keep a prompt's last k tokens), request_id (the reply's id),
 priority (0 only: requests are served first come, first served, as vLLM serves them
 unless started with its priority policy); and vLLM's /tokenize and /detokenize bodies
@@ -29,6 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmcore.chat import check_messages
 from llmcore.request import TokenLogprob
 from llmcore.sampling import ParamError, SamplingParams, is_int, is_real
 from llmcore.tools import check_tool_choice, check_tools, tool_schema
@@ -77,6 +82,7 @@ class ServedModel:
     context: int                   # positions: prompt + max_tokens must fit
     chat_template: Any = None      # a llmcore.chat.ChatTemplate, or None: no chat
     limits: Limits = field(default_factory=Limits)
+    prompt_prefix: tuple[int, ...] = ()  # what the tokenizer adds before a text (BOS)
 
 
 @dataclass
@@ -97,6 +103,7 @@ class ParsedRequest:
     tool_choice: str = "none"      # "none", "auto", "required" or a function's name
     parallel_tool_calls: bool = True
     request_id: str | None = None  # the caller's id for the reply; None: a fresh one
+    echo_text: str = ""            # chat's echo: the final assistant message's text
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:
@@ -180,7 +187,8 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
            "stream_options", "stop", "seed", "presence_penalty", "frequency_penalty",
            "logit_bias", "response_format", "top_k", "min_p", "repetition_penalty",
            "min_tokens", "stop_token_ids", "include_stop_str_in_output", "ignore_eos",
-           "priority", "request_id", "truncate_prompt_tokens"}
+           "priority", "request_id", "truncate_prompt_tokens", "skip_special_tokens",
+           "spaces_between_special_tokens"}
 
 
 _API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams lacks
@@ -251,7 +259,8 @@ def _sampling(f: _Fields, served: ServedModel, max_tokens: int | None, n_prompt:
               for name in ("temperature", "top_p", "min_p", "repetition_penalty",
                            "presence_penalty", "frequency_penalty", "seed",
                            "min_tokens", "stop_token_ids",
-                           "include_stop_str_in_output", "ignore_eos")}
+                           "include_stop_str_in_output", "ignore_eos",
+                           "skip_special_tokens", "spaces_between_special_tokens")}
     n = f.get("n", lambda v: is_int(v) and 1 <= v <= lim.max_n,
               f"an int in [1, {lim.max_n}]", 1)
     try:
@@ -317,8 +326,11 @@ def _max_tokens(f: _Fields, default, *names) -> tuple[int | None, str]:
     return values[0] if values else (default, names[0])
 
 
-def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
-    """A completions prompt: a string, token ids, or a list of either."""
+def _prompts(prompt, served: ServedModel, add_special: bool = True
+             ) -> tuple[list[list[int]], list[str]]:
+    """A completions prompt: a string, token ids, or a list of either. A string gets
+    the model's prompt_prefix (its BOS, if its tokenizer adds one) when add_special;
+    token ids are run as sent."""
     tok, vocab, lim = served.tokenizer, served.vocab_size, served.limits
     bad = APIError(400, "'prompt' must be a string, a list of token ids, or a list of "
                         "strings or of token-id lists", param="prompt")
@@ -333,7 +345,8 @@ def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
     ids, texts = [], []
     for p in prompt:
         if isinstance(p, str):
-            ids.append(tok.encode(p, allowed_special="all"))
+            prefix = list(served.prompt_prefix) if add_special else []
+            ids.append(prefix + tok.encode(p, allowed_special="all"))
             texts.append(p)
         elif isinstance(p, list) and all(is_int(t) for t in p):
             if not all(0 <= t < vocab for t in p):
@@ -351,9 +364,12 @@ def _prompts(prompt, served: ServedModel) -> tuple[list[list[int]], list[str]]:
 
 def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
     """POST /v1/completions."""
-    f = _Fields(body, _COMMON | {"prompt", "echo", "logprobs", "best_of"}, "prompt")
+    f = _Fields(body, _COMMON | {"prompt", "echo", "logprobs", "best_of",
+                                 "add_special_tokens"}, "prompt")
     _check_model(f, served)
-    ids, texts = _truncated(f, served, *_prompts(body["prompt"], served))
+    add = f.get("add_special_tokens", lambda v: isinstance(v, bool), "true or false",
+                True)
+    ids, texts = _truncated(f, served, *_prompts(body["prompt"], served, add))
     max_tokens, name = _max_tokens(f, 16, "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(
         f, served, max_tokens, max(map(len, ids)), name)
@@ -423,7 +439,9 @@ def _tool_turns_as_text(messages: list) -> list:
 
 def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> str:
     """The messages (and the tools, if any) as one prompt, through the model's chat
-    template."""
+    template. continue_final_message (vLLM's, after transformers): the prompt ends
+    inside the final message, whose text the model goes on writing; it turns the
+    default add_generation_prompt off, and an explicit true with it is a 400."""
     lim = served.limits
     messages = f.get("messages", lambda v: isinstance(v, list) and 0 < len(v) <=
                      lim.max_messages, f"a list of 1 to {lim.max_messages} messages")
@@ -432,19 +450,41 @@ def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> st
                             "/v1/completions", param="messages")
     kwargs = f.get("chat_template_kwargs", lambda v: isinstance(v, dict),
                    "an object", {})
-    generation_prompt = f.get("add_generation_prompt", lambda v: isinstance(v, bool),
-                              "true or false", True)
+    flag = (lambda v: isinstance(v, bool)), "true or false"
+    final = f.get("continue_final_message", *flag, False)
+    generation_prompt = f.get("add_generation_prompt", *flag, not final)
+    if final and generation_prompt:
+        raise APIError(400, "'continue_final_message' goes on with the last message and "
+                            "'add_generation_prompt' starts a new one; send "
+                            "'add_generation_prompt': false or leave it out",
+                       param="continue_final_message")
     if tools:
         kwargs = {**kwargs, "tools": tools}
     messages = _tool_arguments(messages)
     if "tool_calls" not in served.chat_template.source and isinstance(messages, list):
         messages = _tool_turns_as_text(messages)
     try:
-        return served.chat_template.render(messages,
+        text = served.chat_template.render(messages,
                                            add_generation_prompt=generation_prompt,
                                            **kwargs)
     except (ValueError, TypeError) as err:
         raise APIError(400, f"'messages': {err}", param="messages") from None
+    return _continued(text, messages) if final else text
+
+
+def _continued(text: str, messages: list) -> str:
+    """The rendered prompt cut right after the final message's text, as transformers'
+    continue_final_message cuts it (the template may have trimmed its spaces)."""
+    last = check_messages(messages)[-1].get("content") or ""
+    at = text.rfind(last.strip()) if last.strip() else -1
+    if at < 0:
+        raise APIError(400, "'continue_final_message': the final message's text is "
+                            "not in the rendered prompt (it is empty, or the chat "
+                            "template rewrote it); send a final message whose text "
+                            "the model should continue", param="messages")
+    keep = len(last.lstrip()) if text[at:at + len(last.lstrip())] == last else (
+        len(last.strip()))
+    return text[:at + keep]
 
 
 def _tools(f: _Fields) -> tuple[list | None, str, bool]:
@@ -463,6 +503,15 @@ def _tools(f: _Fields) -> tuple[list | None, str, bool]:
     return tools, choice, parallel
 
 
+def _chat_ids(f: _Fields, served: ServedModel, text: str) -> list[int]:
+    """A rendered chat prompt's ids; add_special_tokens (default false, as in vLLM:
+    the template writes its own BOS) puts the tokenizer's prompt_prefix before it."""
+    add = f.get("add_special_tokens", lambda v: isinstance(v, bool), "true or false",
+                False)
+    prefix = list(served.prompt_prefix) if add else []
+    return prefix + served.tokenizer.encode(text, allowed_special="all")
+
+
 def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     """POST /v1/chat/completions: the messages (and tools) become one prompt through
     the model's chat template. tool_choice "required" or a named function becomes a
@@ -470,12 +519,13 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     f = _Fields(body, _COMMON | {"messages", "max_completion_tokens", "logprobs",
                                  "top_logprobs", "add_generation_prompt",
                                  "chat_template_kwargs", "tools", "tool_choice",
-                                 "parallel_tool_calls"}, "messages")
+                                 "parallel_tool_calls", "add_special_tokens", "echo",
+                                 "continue_final_message"}, "messages")
     _check_model(f, served)
     lim = served.limits
     tools, choice, parallel = _tools(f)
     text = _chat_text(f, served, tools)
-    ids = served.tokenizer.encode(text, allowed_special="all")
+    ids = _chat_ids(f, served, text)
     (ids,), (text,) = _truncated(f, served, [ids], [text])
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(f, served, max_tokens,
@@ -494,39 +544,46 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     if top is not None and not want:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true",
                        param="top_logprobs")
+    echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
+    last = check_messages(f.value("messages"))[-1]  # _chat_text has checked them
+    echo_text = (last.get("content") or "") if echo and last["role"] == "assistant" \
+        else ""  # vLLM's echo: the final message, when the reply's role is its role
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
                          (top or 0) if want else None, False, json_only, schema,
-                         tools, choice, parallel, _request_id(f))
+                         tools, choice, parallel, _request_id(f), echo_text)
 
 
 def tokenize_reply(body: Any, served: ServedModel) -> dict:
     """POST /tokenize, as vLLM serves it: {"model", "prompt"} (a string) or {"model",
     "messages"} (through the chat template, add_generation_prompt as for chat) ->
     {"count", "max_model_len", "tokens", "token_strs"}: the ids the completions or
-    chat endpoint would run for the same body. add_special_tokens is accepted and
-    changes nothing: llmcore's tokenizers add no special tokens to a prompt (a chat
-    template writes its own), and the completions endpoint adds none either.
-    return_token_strs: each token's text, decoded alone."""
+    chat endpoint would run for the same body, add_special_tokens included (default
+    true for a prompt, false for messages). return_token_strs: each token's text,
+    decoded alone."""
     f = _Fields(body, {"model", "prompt", "messages", "add_special_tokens",
                        "add_generation_prompt", "chat_template_kwargs",
-                       "return_token_strs"}, "prompt", "messages")
+                       "return_token_strs", "continue_final_message"}, "prompt",
+                "messages")
     _check_model(f, served)
     flag = (lambda v: isinstance(v, bool)), "true or false"
-    f.get("add_special_tokens", *flag)
     strs = f.get("return_token_strs", *flag, False)
     if f.value("prompt") is not None:
         if f.value("messages") is not None:
             raise APIError(400, "send 'prompt' or 'messages', not both",
                            param="messages")
         if any(f.value(k) is not None for k in ("add_generation_prompt",
-                                                "chat_template_kwargs")):
-            raise APIError(400, "'add_generation_prompt' and 'chat_template_kwargs' "
-                                "go with 'messages'; remove them", param="prompt")
+                                                "chat_template_kwargs",
+                                                "continue_final_message")):
+            raise APIError(400, "'add_generation_prompt', 'chat_template_kwargs' and "
+                                "'continue_final_message' go with 'messages'; remove "
+                                "them", param="prompt")
         text = f.get("prompt", lambda v: isinstance(v, str), "a string")
+        add = f.get("add_special_tokens", *flag, True)
+        ids = (list(served.prompt_prefix) if add else []) + served.tokenizer.encode(
+            text, allowed_special="all")
     else:
-        text = _chat_text(f, served)
+        ids = _chat_ids(f, served, _chat_text(f, served))
     tok = served.tokenizer
-    ids = tok.encode(text, allowed_special="all")
     return {"count": len(ids), "max_model_len": served.context, "tokens": ids,
             "token_strs": [tok.decode([i]) for i in ids] if strs else None}
 

@@ -156,6 +156,10 @@ class Reply:
     - nothing ends the reply within its first params.min_tokens tokens: banned_ids()
       lists the stop ids while they must not be drawn, and stop strings or a JSON value
       that complete within those tokens are ignored.
+    - a special token (the tokenizer's special_tokens: <|im_end|>, ...) leaves no text
+      with params.skip_special_tokens (the default); kept, it gets a space on each side
+      with params.spaces_between_special_tokens, as transformers' slow tokenizers join
+      the pieces of a decode ("hi <|im_end|> <|im_start|>"). It stays in token_ids.
     - params.max_tokens ends it with "length"; end(reason) ends it from outside (a
       token budget, a deadline, a cancelled request). A loop whose own limit is lower
       (a server's token budget) passes it as max_tokens, so that the constraint closes
@@ -187,6 +191,9 @@ class Reply:
         self.json_state = None if constraint is None else constraint.start
         self.detokenizer = (None if tokenizer is None
                             else IncrementalDetokenizer(tokenizer))
+        self.special_ids = (frozenset() if tokenizer is None
+                            else frozenset(tokenizer.special_tokens.values()))
+        self._spaced = None  # spaces_between_special_tokens: "text", "special" or None
         self.checker = StopChecker(params.stop, params.include_stop_str_in_output)
         self.token_ids: list[int] = []
         self.times: list[float] = []  # when each token arrived, on the caller's clock
@@ -259,9 +266,9 @@ class Reply:
         if token in self.stop_ids and may_stop:
             delta = ""
             if self.params.include_stop_str_in_output and self.detokenizer is not None:
-                delta = self.checker.add(self.detokenizer.step(token), check=False)
+                delta = self.checker.add(self._piece(token), check=False)
             return delta + self._close("stop", token)
-        piece = "" if self.detokenizer is None else self.detokenizer.step(token)
+        piece = "" if self.detokenizer is None else self._piece(token)
         delta = self.checker.add(piece, check=may_stop)
         if self.checker.stop is not None:
             return delta + self._close("stop", self.checker.stop)
@@ -271,6 +278,22 @@ class Reply:
         if len(self.token_ids) >= self.max_tokens:
             return delta + self._close("length", None)
         return delta
+
+    def _piece(self, token: int) -> str:
+        """The text token adds: a special token's as the two flags say."""
+        if token not in self.special_ids:
+            piece = self.detokenizer.step(token)
+            if piece and self._spaced == "special":
+                piece = " " + piece  # the space after a kept special token
+            self._spaced = "text" if piece else self._spaced
+            return piece
+        if self.params.skip_special_tokens:
+            return ""  # pending bytes wait for the next ordinary token, as in decode
+        piece = self.detokenizer.flush()  # ends the text before the special token
+        spaced = self.params.spaces_between_special_tokens
+        before = " " if spaced and (self._spaced or piece) else ""
+        self._spaced = "special" if spaced else "text"
+        return piece + before + self.detokenizer.step(token)
 
     def end(self, finish_reason: str) -> str:
         """End the reply from outside ("length" for a token budget, "timeout", "abort"):

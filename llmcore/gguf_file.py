@@ -399,11 +399,21 @@ def gguf_chat_template(file: GGUFFile | str | os.PathLike) -> ChatTemplate:
     tokens = _value(file._reader, "tokenizer.ggml.tokens")
     specials = {}
     for key in ("bos", "eos", "unknown", "padding"):
-        i = file.metadata.get(f"tokenizer.ggml.{key}_token_id")
+        i = _value(file._reader, f"tokenizer.ggml.{key}_token_id")
         if i is not None:
             name = {"unknown": "unk", "padding": "pad"}.get(key, key)
             specials[f"{name}_token"] = tokens[int(i)]
     return ChatTemplate(source, specials)
+
+
+def gguf_prompt_prefix(file: GGUFFile | str | os.PathLike) -> list[int]:
+    """The ids llama.cpp puts before a prompt: the BOS token if the metadata's
+    tokenizer.ggml.add_bos_token says so (absent: none, llama.cpp's default for the
+    byte-level BPE vocabularies this module reads)."""
+    file = open_gguf(file)
+    bos = _value(file._reader, "tokenizer.ggml.bos_token_id")
+    add = _value(file._reader, "tokenizer.ggml.add_bos_token")
+    return [int(bos)] if add and bos is not None else []
 
 
 # %% chapters/C_quantization.ipynb § GGUF: the file llama.cpp runs
@@ -432,4 +442,4 @@ __all__ = ['GGUFError', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES', 'TOP_NAMES',
            'llmcore_name', 'TensorInfo', 'GGUFFile', 'open_gguf', 'dequantize_q8_0',
            'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize_q6_k',
            'DEQUANTIZE', 'dequantize', 'unpermute_qk', 'PRE_TOKENIZERS',
-           'gguf_tokenizer', 'gguf_chat_template', 'load_gguf']
+           'gguf_tokenizer', 'gguf_chat_template', 'gguf_prompt_prefix', 'load_gguf']

@@ -447,6 +447,41 @@ def load_chat_template(name_or_path: str | Path) -> ChatTemplate:
     return ChatTemplate.from_pretrained(path)
 
 
+def _hf_prompt_prefix(path: Path) -> list[int]:
+    """The special tokens a checkpoint's tokenizer.json puts before a text: its
+    TemplateProcessing post-processor (alone or in a Sequence), as transformers' fast
+    tokenizers apply it; without one, tokenizer_config.json's add_bos_token."""
+    spec = json.loads((path / "tokenizer.json").read_text()).get("post_processor")
+    steps = (spec or {}).get("processors", [spec]) if spec else []
+    for step in steps:
+        if step.get("type") == "TemplateProcessing":
+            ids = []
+            for piece in step["single"]:
+                if "Sequence" in piece:
+                    return ids  # the text: what comes before it is the prefix
+                ids += step["special_tokens"][piece["SpecialToken"]["id"]]["ids"]
+            return ids
+    config_file = path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    bos = config.get("bos_token")
+    bos = bos.get("content") if isinstance(bos, dict) else bos
+    if config.get("add_bos_token") and bos:
+        return [Tokenizer.from_hf_json(path / "tokenizer.json").special_tokens[bos]]
+    return []
+
+
+def prompt_prefix(name_or_path: str | Path) -> list[int]:
+    """The ids a model's own tokenizer adds before a text (a BOS token, for Llama 3;
+    none for SmolLM2 or tiny): what transformers' add_special_tokens=True and
+    llama.cpp's add_bos put in front of a completions prompt. A chat template writes
+    its own."""
+    path = locate(name_or_path)
+    if path.suffix == ".gguf":
+        from llmcore.gguf_file import gguf_prompt_prefix  # appendix C
+        return gguf_prompt_prefix(path)
+    return _hf_prompt_prefix(path) if (path / "tokenizer.json").exists() else []
+
+
 def load_model(
     name_or_path: str | Path, device=None, dtype=None, **config_overrides
 ) -> Transformer:
@@ -477,5 +512,5 @@ __all__ = ['EOT', 'BUNDLED', 'TEST_DIRS', 'SKIP_DIRS', 'stdlib_files', 'stdlib_c
            'Recipe', 'lr_at', 'init_weights', 'train', 'cross_entropy',
            'bits_per_byte', 'lzma_bits_per_byte', 'hf_name', 'hf_config',
            'save_pretrained', 'bundled_dir', 'KnownModel', 'KNOWN', 'locate',
-           'load_tokenizer', 'load_chat_template', 'load_model', 'load',
-           'training_record']
+           'load_tokenizer', 'load_chat_template', 'prompt_prefix', 'load_model',
+           'load', 'training_record']

@@ -94,7 +94,8 @@ class ResponseWriter:
         """A finished choice's assistant message and finish_reason: with tools, the
         calls parsed out of its text (llmcore.tools), finish_reason "tool_calls"
         ("stop" for a named function, as OpenAI answers)."""
-        message = {"role": "assistant", "content": c.text, "refusal": None}
+        echo = self.parsed.echo_text  # chat's echo: before the reply's own text
+        message = {"role": "assistant", "content": echo + c.text, "refusal": None}
         choice = self.parsed.tool_choice
         if not self.parsed.tools or choice == "none":
             return message, c.finish_reason
@@ -102,6 +103,7 @@ class ResponseWriter:
         if not calls:
             return message, c.finish_reason
         calls = calls if self.parsed.parallel_tool_calls else calls[:1]
+        content = echo + (content or "") if echo or content is not None else None
         message.update(content=content, tool_calls=calls)
         return message, "tool_calls" if choice in ("auto", "required") else "stop"
 
@@ -154,6 +156,8 @@ class ResponseWriter:
             for choice in range(len(ids)):
                 if self.chat:
                     yield sse([delta(choice, "", role=True)])
+                    if self.parsed.echo_text and not held:  # held: in the last delta
+                        yield sse([delta(choice, self.parsed.echo_text)])
                 elif self.parsed.echo and self.parsed.logprobs is None:
                     text = self.parsed.prompt_texts[choice // self.parsed.n]
                     offsets[choice] = len(text)

@@ -99,6 +99,10 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # EOS ids are ordinary tokens (vLLM's; load benchmarks set it to get max_tokens)
     ignore_eos: bool = False
+    # special tokens (<|im_end|>, ...) leave no text in the reply (vLLM's default)
+    skip_special_tokens: bool = True
+    # if they are kept: a space around each, as transformers' slow tokenizers write
+    spaces_between_special_tokens: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -176,6 +180,9 @@ class SamplingParams:
             ("include_stop_str_in_output", lambda v: isinstance(v, bool),
              "True or False"),
             ("ignore_eos", lambda v: isinstance(v, bool), "True or False"),
+            ("skip_special_tokens", lambda v: isinstance(v, bool), "True or False"),
+            ("spaces_between_special_tokens", lambda v: isinstance(v, bool),
+             "True or False"),
         )
         for name, ok, allowed in rules:
             if not ok(getattr(self, name)):

@@ -108,6 +108,8 @@ class OpenAIServer:
     token_budget, admission, prefix_caching: the Engine's scheduling (chapter 9).
     kv_pool: the class of the Engine's KV pool (e.g. appendix C's int8 pool); runner:
     the class of its model runner (e.g. appendix D's, over several processes).
+    prompt_prefix: the ids put before a completions prompt's text (the tokenizer's BOS,
+    llmcore.pretrained.prompt_prefix), as vLLM's add_special_tokens does.
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
     read_timeout: seconds a client has to send a request's head (else the connection is
@@ -124,7 +126,8 @@ class OpenAIServer:
                  token_budget: int | None = None, admission: str = "reserve",
                  prefix_caching: bool = False, kv_memory: int | float | None = None,
                  kv_pool: type[KVPool] = KVPool,
-                 runner: type[ModelRunner] = ModelRunner):
+                 runner: type[ModelRunner] = ModelRunner,
+                 prompt_prefix: tuple[int, ...] = ()):
         context = model.cfg.max_position_embeddings
         if num_blocks is None and kv_memory is None:
             num_blocks = min(max_batch * -(-context // block_size),
@@ -136,7 +139,7 @@ class OpenAIServer:
                              kv_memory=kv_memory, history=1024, kv_pool=kv_pool,
                              runner=runner)
         self.served = ServedModel(model_name, tokenizer, model.cfg.vocab_size, context,
-                                  chat_template, limits)
+                                  chat_template, limits, tuple(prompt_prefix))
         self.prefix_caching = prefix_caching
         self.metrics = Metrics()  # fed by the engine thread: it alone reads the engine
         self.worker = EngineThread(self.engine, on_finish=self.metrics.observe,
@@ -418,7 +421,8 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
         return serve_tensor_parallel(args, run)
     # appendix A's one way to name a model: bundled, known (smollm2-135m-instruct),
     # a .gguf file, a checkpoint directory or a Hub id
-    from llmcore.pretrained import load_chat_template, load_tokenizer, locate
+    from llmcore.pretrained import (load_chat_template, load_tokenizer, locate,
+                                    prompt_prefix)
     from llmcore.pretrained import load_model as load_any
 
     if args.trace_memory:
@@ -429,6 +433,7 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
         where = locate(args.model)
         model = (load_model or load_any)(where, device=args.device, dtype=args.dtype)
         tokenizer = load_tokenizer(where)
+        prefix = prompt_prefix(where)
     except Exception as err:
         if getattr(args, "debug", False):
             raise
@@ -454,7 +459,7 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
                           host=args.host, port=args.port,
                           token_budget=args.token_budget, admission=args.admission,
                           prefix_caching=args.prefix_caching, kv_pool=kv_pool,
-                          runner=runner or ModelRunner)
+                          runner=runner or ModelRunner, prompt_prefix=prefix)
     pool = "" if kv_pool is KVPool else f" in a {kv_pool.__name__}"
     print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
           f"(max_batch {args.max_batch}, "

@@ -314,3 +314,36 @@ def test_usage_total_and_nan_free(tok, model):
     r = generate(model, tok, "x", SamplingParams(temperature=0, max_tokens=3), eos_token_ids=[])
     assert r.usage.total_tokens == r.usage.prompt_tokens + 3
     assert math.isfinite(r.usage.ttft_s) and math.isfinite(r.usage.tpot_s)
+
+
+def test_special_tokens_are_skipped_or_spaced_as_the_two_flags_say(tok, model):
+    eos = tok.special_tokens["<|endoftext|>"]
+    biased = dict(temperature=0, logit_bias={eos: 100.0}, max_tokens=3, ignore_eos=True)
+    r = generate(model, tok, "x = 1", SamplingParams(**biased))
+    assert r.token_ids == [eos] * 3 and r.text == ""  # vLLM's default: no special text
+    kept = generate(model, tok, "x = 1", SamplingParams(**biased,
+                                                        skip_special_tokens=False))
+    assert kept.text == "<|endoftext|> <|endoftext|> <|endoftext|>"
+    tight = generate(model, tok, "x = 1", SamplingParams(
+        **biased, skip_special_tokens=False, spaces_between_special_tokens=False))
+    assert tight.text == "<|endoftext|>" * 3
+    deltas, result = collect(stream(model, tok, "x = 1", SamplingParams(
+        **biased, skip_special_tokens=False)))
+    assert "".join(d.text for d in deltas) == result.text == kept.text  # streamed text equals the final text
+    for name in ("skip_special_tokens", "spaces_between_special_tokens"):
+        with pytest.raises(ValueError, match=f"{name} must be True or False"):
+            SamplingParams(**{name: "no"})
+
+
+def test_a_kept_special_token_between_text_gets_a_space_on_each_side(tok):
+    eos = tok.special_tokens["<|endoftext|>"]
+    a, b = tok.encode("x = 1"), tok.encode("y")
+    script = a + [eos] + b
+    model = ScriptedModel(script)
+    params = SamplingParams(temperature=0, max_tokens=len(script), ignore_eos=True,
+                            skip_special_tokens=False)
+    r = generate(model, tok, [1], params)
+    assert r.text == tok.decode(a) + " <|endoftext|> " + tok.decode(b)
+    skipped = generate(ScriptedModel(script), tok, [1], SamplingParams(
+        temperature=0, max_tokens=len(script), ignore_eos=True))
+    assert skipped.text == tok.decode(a) + tok.decode(b)

@@ -137,10 +137,15 @@ def test_a_truncated_file_is_refused_naming_the_tensor(path, tmp_path):
         GGUFFile(header_only)
 
 
-def _write(tmp_path, arch="llama", kind=GGMLQuantizationType.F32, extra=None):
-    """A 1-layer GGUF file written with gguf's own writer."""
+def _write(tmp_path, arch="llama", kind=GGMLQuantizationType.F32, extra=None,
+           bos=None):
+    """A 1-layer GGUF file written with gguf's own writer; bos: (its id, whether
+    tokenizer.ggml.add_bos_token says to add it)."""
     out = tmp_path / f"{arch}.gguf"
     writer = GGUFWriter(str(out), arch)
+    if bos is not None:
+        writer.add_bos_token_id(bos[0])
+        writer.add_add_bos_token(bos[1])
     writer.add_block_count(1)
     writer.add_context_length(64)
     writer.add_embedding_length(32)
@@ -174,6 +179,14 @@ def test_a_small_written_file_loads_and_its_q4_0_weights_dequantize(tmp_path):
     assert model.cfg.n_layers == 1 and model.cfg.tie_word_embeddings
     logits = model(torch.tensor([[1, 2, 3]]))
     assert logits.shape == (1, 3, 50) and torch.isfinite(logits).all()
+
+
+def test_the_prompt_prefix_is_the_bos_token_when_the_metadata_adds_it(tmp_path, file):
+    from llmcore.gguf_file import gguf_prompt_prefix
+    assert gguf_prompt_prefix(file) == []  # SmolLM2: add_bos_token false
+    for bos, want in (((7, True), [7]), ((7, False), []), (None, [])):
+        (tmp_path / str(bos)).mkdir()  # None: absent, llama.cpp's default for BPE
+        assert gguf_prompt_prefix(_write(tmp_path / str(bos), bos=bos)) == want
 
 
 def test_a_file_is_parsed_once_until_it_changes(tmp_path):
@@ -412,6 +425,25 @@ def test_a_required_tool_call_and_its_round_trip(smol_client):
     prompt = gguf_tokenizer(pretrained.locate(NAME)).decode(ids)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
     assert '<|im_start|>tool\n{"city": "Paris", "sky": "sunny"' in prompt
+
+
+def test_special_tokens_in_the_reply_through_extra_body(smol_client):
+    import openai
+
+    def reply(**extra):  # <|im_end|> (id 2) made certain, and ordinary by ignore_eos
+        return smol_client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "Hi"}], temperature=0,
+            max_tokens=3, logit_bias={"2": 100}, extra_body={"ignore_eos": True, **extra})
+    default = reply()
+    assert default.choices[0].message.content == ""  # vLLM's default: skipped
+    assert default.usage.completion_tokens == 3
+    kept = reply(skip_special_tokens=False)
+    assert kept.choices[0].message.content == "<|im_end|> <|im_end|> <|im_end|>"
+    tight = reply(skip_special_tokens=False, spaces_between_special_tokens=False)
+    assert tight.choices[0].message.content == "<|im_end|>" * 3
+    with pytest.raises(openai.BadRequestError, match="'skip_special_tokens' must be "
+                                                     "True or False"):
+        reply(skip_special_tokens="no")
 
 
 @pytest.mark.parametrize("model", ["nothing-here", "broken.gguf", "no-org/no-model"])

@@ -211,3 +211,53 @@ def test_train_takes_a_device_name_or_a_device():
         assert model.device.type == "cpu" and len(curve) >= 1
         curves.append([p["loss"] for p in curve])
     assert curves[0] == curves[1]  # seeded: the same run either way
+
+
+def _with_post_processor(tmp_path, post_processor, **config):
+    """A copy of tiny's tokenizer files whose tokenizer.json has this post_processor
+    and whose tokenizer_config.json has these extra entries."""
+    source = bundled_dir("tiny")
+    spec = json.loads((source / "tokenizer.json").read_text())
+    spec["post_processor"] = post_processor
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    settings = json.loads((source / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**settings, **config}))
+    return tmp_path
+
+
+BOS_TEMPLATE = {"type": "TemplateProcessing",  # as Llama 3's tokenizer.json writes it
+                "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+                "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>",
+                                                    "ids": [4095],
+                                                    "tokens": ["<|endoftext|>"]}}}
+
+
+@pytest.mark.parametrize("post_processor", [
+    BOS_TEMPLATE, {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": True}, BOS_TEMPLATE]}])
+def test_prompt_prefix_is_what_transformers_adds_before_a_text(tmp_path,
+                                                               post_processor):
+    from transformers import PreTrainedTokenizerFast
+
+    from llmcore.pretrained import _hf_prompt_prefix
+    path = _with_post_processor(tmp_path, post_processor)
+    ours = Tokenizer.from_hf_json(path / "tokenizer.json")
+    assert ours.special_tokens["<|endoftext|>"] == 4095
+    theirs = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"))
+    text = "def f(x):\n    return x"
+    prefix = _hf_prompt_prefix(path)
+    assert prefix == [4095]
+    assert prefix + ours.encode(text) == theirs.encode(text, add_special_tokens=True)
+
+
+def test_prompt_prefix_from_add_bos_token_or_none(tmp_path):
+    from llmcore.pretrained import _hf_prompt_prefix, prompt_prefix
+    assert prompt_prefix("tiny") == []  # tiny's tokenizer adds nothing
+    path = _with_post_processor(tmp_path, None, add_bos_token=True,
+                                bos_token="<|endoftext|>")
+    assert _hf_prompt_prefix(path) == [4095]
+    path = _with_post_processor(tmp_path, None, add_bos_token=False)
+    assert _hf_prompt_prefix(path) == []

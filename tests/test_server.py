@@ -1775,3 +1775,79 @@ def test_prefix_caching_chunks_and_preemption_behind_the_api(tiny):
         assert metrics["llmcore_prompt_tokens_cached_total"] == sum(cached)
         assert "llmcore_preemptions" in metrics
         _wait_for(lambda: _idle(base), "every block back in the pool")
+
+
+def test_add_special_tokens_puts_the_tokenizers_bos_before_a_prompt(tmp_path):
+    # tiny's files, with a tokenizer.json that adds a BOS as Llama 3's does
+    import shutil
+    from test_pretrained import BOS_TEMPLATE
+    from llmcore.pretrained import bundled_dir
+    path = tmp_path / "tiny-bos"
+    shutil.copytree(bundled_dir("tiny"), path)
+    spec = json.loads((path / "tokenizer.json").read_text())
+    (path / "tokenizer.json").write_text(json.dumps({**spec,
+                                                     "post_processor": BOS_TEMPLATE}))
+    bos = 4095
+    with _server_process(model=str(path)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
+
+        def tokens(**body):
+            return httpx.post(base + "/tokenize", json={"model": str(path), **body},
+                              headers={"Authorization": f"Bearer {KEY}"}).json()
+        text = tokens(prompt="x = 1", add_special_tokens=False)["tokens"]
+        assert tokens(prompt="x = 1")["tokens"] == [bos] + text  # vLLM's default
+        usage = [client.completions.create(model=str(path), prompt="x = 1",
+                                           max_tokens=1, extra_body=extra).usage
+                 for extra in ({}, {"add_special_tokens": False})]
+        assert [u.prompt_tokens for u in usage] == [len(text) + 1, len(text)]
+        messages = [{"role": "user", "content": "hi"}]
+        chat = tokens(messages=messages)["tokens"]  # chat's default: the template's
+        assert chat[0] != bos
+        assert tokens(messages=messages, add_special_tokens=True)["tokens"] == [
+            bos] + chat
+        replies = [client.chat.completions.create(model=str(path), messages=messages,
+                                                  max_tokens=1, extra_body=extra)
+                   for extra in ({}, {"add_special_tokens": True})]
+        assert [r.usage.prompt_tokens for r in replies] == [len(chat), len(chat) + 1]
+        with pytest.raises(openai.BadRequestError, match="add_special_tokens"):
+            client.completions.create(model=str(path), prompt="x", max_tokens=1,
+                                      extra_body={"add_special_tokens": "yes"})
+
+
+def test_continue_final_message_and_echo_on_chat(client, raw, tiny):
+    from transformers import PreTrainedTokenizerFast
+
+    from llmcore.pretrained import bundled_dir
+    messages = [{"role": "user", "content": "Write a function."},
+                {"role": "assistant", "content": "def add(a, b):"}]
+    reference = PreTrainedTokenizerFast.from_pretrained(bundled_dir("tiny"))
+    rendered = reference.apply_chat_template(messages, tokenize=False,
+                                             continue_final_message=True)
+    assert rendered.endswith("def add(a, b):")  # no <|im_end|>: the turn goes on
+    ids = raw.post("/tokenize", json={"model": MODEL, "messages": messages,
+                                      "continue_final_message": True}).json()["tokens"]
+    assert tiny[1].decode(ids) == rendered  # the text transformers renders
+
+    def chat(stream=False, **extra):
+        return client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=6, temperature=0,
+            stream=stream, extra_body={"continue_final_message": True, **extra})
+    reply = chat().choices[0].message.content
+    assert reply == _expected(tiny, rendered, max_tokens=6).text
+    echoed = chat(echo=True).choices[0].message.content
+    assert echoed == "def add(a, b):" + reply  # vLLM's echo: the final message first
+    streamed = "".join(c.choices[0].delta.content or "" for c in chat(True, echo=True)
+                       if c.choices)
+    assert streamed == echoed
+    asked = client.chat.completions.create(  # echo after a user message: nothing
+        model=MODEL, messages=messages[:1], max_tokens=3, temperature=0,
+        extra_body={"echo": True})
+    plain = client.chat.completions.create(model=MODEL, messages=messages[:1],
+                                           max_tokens=3, temperature=0)
+    assert asked.choices[0].message.content == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="add_generation_prompt"):
+        chat(add_generation_prompt=True)
+    with pytest.raises(openai.BadRequestError, match="final message's text"):
+        client.chat.completions.create(
+            model=MODEL, messages=[messages[0], {"role": "assistant", "content": ""}],
+            max_tokens=3, extra_body={"continue_final_message": True})
