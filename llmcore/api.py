@@ -20,7 +20,10 @@ repetition_penalty, min_tokens, stop_token_ids, include_stop_str_in_output, igno
 skip_special_tokens, spaces_between_special_tokens (a special token's text in the
 reply: skipped by default; kept, spaced as transformers' slow tokenizers write it),
 add_special_tokens (the tokenizer's BOS, ServedModel.prompt_prefix, before a prompt:
-on for completions, off for chat);
+on for completions, off for chat); echo and continue_final_message on chat;
+prompt_logprobs (an int: the prompt's tokens scored) and return_tokens_as_token_ids;
+structured_outputs (json, json_object, choice, regex) and the older guided_json,
+guided_choice and guided_regex;
 truncate_prompt_tokens (keep a prompt's last k tokens), request_id (the reply's id),
 priority (0 only: requests are served first come, first served, as vLLM serves them
 unless started with its priority policy); and vLLM's /tokenize and /detokenize bodies
@@ -36,7 +39,7 @@ from typing import Any
 from llmcore.chat import check_messages
 from llmcore.request import TokenLogprob
 from llmcore.sampling import ParamError, SamplingParams, is_int, is_real
-from llmcore.tools import check_tool_choice, check_tools, tool_schema
+from llmcore.tools import check_tool_choice, check_tools, strict_tools, tool_schema
 from llmcore.tokenizer import Tokenizer
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
@@ -104,6 +107,12 @@ class ParsedRequest:
     parallel_tool_calls: bool = True
     request_id: str | None = None  # the caller's id for the reply; None: a fresh one
     echo_text: str = ""            # chat's echo: the final assistant message's text
+    prompt_logprobs: int | None = None  # vLLM's: each prompt token's, k rivals
+    tokens_as_ids: bool = False    # logprobs name tokens "token_id:<id>" (vLLM's)
+    choice: list[str] | None = None     # structured_outputs choice: one of these
+    regex: str | None = None       # structured_outputs regex: text matching it whole
+    format_param: str = "response_format"  # the field that asked for the format
+    strict_tools: bool = False     # "auto" with a strict tool: calls fit their schemas
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:
@@ -188,7 +197,88 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream",
            "logit_bias", "response_format", "top_k", "min_p", "repetition_penalty",
            "min_tokens", "stop_token_ids", "include_stop_str_in_output", "ignore_eos",
            "priority", "request_id", "truncate_prompt_tokens", "skip_special_tokens",
-           "spaces_between_special_tokens"}
+           "spaces_between_special_tokens", "prompt_logprobs",
+           "return_tokens_as_token_ids", "structured_outputs", "guided_json",
+           "guided_choice", "guided_regex", "guided_grammar"}
+
+
+def _logprob_extras(f: _Fields, served: ServedModel, stream: bool
+                    ) -> dict[str, Any]:
+    """vLLM's prompt_logprobs (an int k: each prompt token's log probability, rank and
+    k best rivals; not with stream, as in vLLM) and return_tokens_as_token_ids."""
+    lim = served.limits
+    k = f.get("prompt_logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
+              f"an int in [0, {lim.max_logprobs}]")
+    if k is not None and stream:
+        raise APIError(400, "'prompt_logprobs' is not available with 'stream': true "
+                            "(as in vLLM); ask without streaming",
+                       param="prompt_logprobs")
+    as_ids = f.get("return_tokens_as_token_ids", lambda v: isinstance(v, bool),
+                   "true or false", False)
+    return {"prompt_logprobs": k, "tokens_as_ids": as_ids}
+
+
+_STRUCTURED = ("json", "json_object", "choice", "regex", "grammar", "structural_tag")
+
+
+def _structured(f: _Fields, json_only: bool, schema: dict | None) -> dict[str, Any]:
+    """vLLM's structured_outputs {"json": a schema, "json_object": true, "choice":
+    [strings], "regex": a pattern} and its older spellings guided_json,
+    guided_choice and guided_regex, as the fields of ParsedRequest; a grammar (EBNF,
+    Lark) or a structural tag is refused with the forms that work."""
+    given = [name for name in ("structured_outputs", "guided_json", "guided_choice",
+                               "guided_regex", "guided_grammar")
+             if f.value(name) is not None]
+    if not given:
+        return {"json_only": json_only, "schema": schema}
+    name = given[0]
+    if len(given) > 1 or json_only or schema is not None:
+        other = given[1] if len(given) > 1 else "response_format"
+        raise APIError(400, f"{name!r} and {other!r} both ask for an output format; "
+                            "send one", param=name)
+    value = f.value(name)
+    if name == "structured_outputs":
+        forms = [k for k in _STRUCTURED if value.get(k) not in (None, False)] \
+            if isinstance(value, dict) else []
+        unknown = sorted(set(value) - set(_STRUCTURED)) if isinstance(value,
+                                                                      dict) else []
+        if len(forms) != 1 or unknown:
+            raise APIError(400, "'structured_outputs' takes one of "
+                                '{"json": a JSON Schema}, {"json_object": true}, '
+                                '{"choice": [strings]} or {"regex": a pattern}'
+                                + (f"; {unknown[0]!r} is not one" if unknown else ""),
+                           param=name)
+        form, value = forms[0], value[forms[0]]
+    else:
+        form = name.removeprefix("guided_")
+    if form in ("grammar", "structural_tag"):
+        raise APIError(400, f"{name}: a {form} constraint is not supported by this "
+                            "server; a JSON Schema (json), any JSON object "
+                            "(json_object), a list of choices (choice) or a regular "
+                            "expression (regex) is", param=name)
+    if form == "regex":
+        if not isinstance(value, str):
+            raise APIError(400, f"{name}: regex must be a string (a pattern)",
+                           param=name)
+        return {"json_only": False, "schema": None, "regex": value,
+                "format_param": name}
+    if form == "json_object":
+        return {"json_only": True, "schema": None, "format_param": name}
+    if form == "json":
+        if isinstance(value, str):  # vLLM also takes the schema as JSON text
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = None
+        if not isinstance(value, dict):
+            raise APIError(400, f"{name}: json must be a JSON Schema (an object, or "
+                                "its JSON text)", param=name)
+        return {"json_only": False, "schema": value, "format_param": name}
+    if not (isinstance(value, list) and value and all(isinstance(v, str) and v
+                                                      for v in value)):
+        raise APIError(400, f"{name}: choice must be a non-empty list of non-empty "
+                            "strings", param=name)
+    return {"json_only": False, "schema": None, "choice": value, "format_param": name}
 
 
 _API_SPELLING = {"top_k": "; -1 also means off"}  # JSON values SamplingParams lacks
@@ -382,8 +472,9 @@ def parse_completion(body: Any, served: ServedModel) -> ParsedRequest:
                      f"an int in [0, {lim.max_logprobs}]")
     echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
     return ParsedRequest("text_completion", ids, texts, params, n, stream, usage,
-                         logprobs, echo, json_only, schema,
-                         request_id=_request_id(f))
+                         logprobs, echo, request_id=_request_id(f),
+                         **_structured(f, json_only, schema),
+                         **_logprob_extras(f, served, stream))
 
 
 def _tool_arguments(messages) -> list:
@@ -454,8 +545,8 @@ def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> st
     final = f.get("continue_final_message", *flag, False)
     generation_prompt = f.get("add_generation_prompt", *flag, not final)
     if final and generation_prompt:
-        raise APIError(400, "'continue_final_message' goes on with the last message and "
-                            "'add_generation_prompt' starts a new one; send "
+        raise APIError(400, "'continue_final_message' goes on with the last message "
+                            "and 'add_generation_prompt' starts a new one; send "
                             "'add_generation_prompt': false or leave it out",
                        param="continue_final_message")
     if tools:
@@ -530,14 +621,24 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
     params, n, stream, usage, json_only, schema = _sampling(f, served, max_tokens,
                                                             len(ids), name)
+    fmt = _structured(f, json_only, schema)
     forced = tool_schema(tools, choice)
     if forced is not None:
-        if json_only or schema is not None:
+        if fmt["json_only"] or fmt["schema"] is not None or fmt.get("choice"):
             raise APIError(400, f"tool_choice {choice!r} constrains the reply to a "
-                                "call: it cannot be combined with response_format "
-                                "json_object or json_schema", param="tool_choice")
-        schema = {**forced, "maxItems": 1} if choice == "required" and (
+                                f"call: it cannot be combined with "
+                                f"{fmt.get('format_param', 'response_format')}'s "
+                                "format", param="tool_choice")
+        fmt["schema"] = {**forced, "maxItems": 1} if choice == "required" and (
             not parallel) else forced
+    if strict_tools(tools, choice):
+        if fmt["json_only"] or any(fmt.get(k) is not None for k in ("schema", "choice",
+                                                                     "regex")):
+            raise APIError(400, "a strict tool under tool_choice 'auto' holds the "
+                                "calls to their parameters; that cannot be combined "
+                                f"with {fmt.get('format_param', 'response_format')}'s "
+                                "format: drop 'strict' or the format", param="tools")
+        fmt["strict_tools"] = True
     want = f.get("logprobs", lambda v: isinstance(v, bool), "true or false", False)
     top = f.get("top_logprobs", lambda v: is_int(v) and 0 <= v <= lim.max_logprobs,
                 f"an int in [0, {lim.max_logprobs}]")
@@ -549,8 +650,10 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     echo_text = (last.get("content") or "") if echo and last["role"] == "assistant" \
         else ""  # vLLM's echo: the final message, when the reply's role is its role
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
-                         (top or 0) if want else None, False, json_only, schema,
-                         tools, choice, parallel, _request_id(f), echo_text)
+                         (top or 0) if want else None, False, tools=tools,
+                         tool_choice=choice, parallel_tool_calls=parallel,
+                         request_id=_request_id(f), echo_text=echo_text, **fmt,
+                         **_logprob_extras(f, served, stream))
 
 
 def tokenize_reply(body: Any, served: ServedModel) -> dict:
@@ -611,27 +714,36 @@ def with_chosen(lp: TokenLogprob) -> list[tuple[int, float]]:
     return [*lp.top, (lp.token_id, lp.logprob)]
 
 
+def token_name(tokenizer: Tokenizer, token_id: int, as_id: bool = False) -> str:
+    """How logprobs write a token: its text, or vLLM's "token_id:<id>" (for tokens
+    whose text alone is not valid UTF-8 or not unique)."""
+    return f"token_id:{token_id}" if as_id else tokenizer.decode([token_id])
+
+
 def completion_logprobs(tokenizer: Tokenizer, logprobs: list, offset: int = 0,
-                        first_token: int | None = None) -> dict:
+                        first_token: int | None = None, as_ids: bool = False) -> dict:
     """The completions API's logprobs object for engine TokenLogprobs. first_token:
-    a prompt's first token (echo), listed with a null log probability."""
+    a prompt's first token (echo), listed with a null log probability. as_ids: tokens
+    named "token_id:<id>"; text_offset still counts the text."""
     entries = [] if first_token is None else [(first_token, None, None)]
     entries += [(lp.token_id, lp.logprob,
-                 {tokenizer.decode([i]): v for i, v in with_chosen(lp)})
+                 {token_name(tokenizer, i, as_ids): v for i, v in with_chosen(lp)})
                 for lp in logprobs]
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for token_id, logprob, top in entries:
-        text = tokenizer.decode([token_id])
-        for key, value in zip(out, (text, logprob, top, offset)):
+        name = token_name(tokenizer, token_id, as_ids)
+        for key, value in zip(out, (name, logprob, top, offset)):
             out[key].append(value)
-        offset += len(text)
+        offset += len(tokenizer.decode([token_id]))
     return out
 
 
-def chat_logprobs(tokenizer: Tokenizer, logprobs: list) -> dict:
-    """The chat API's logprobs object: token, logprob, bytes and top_logprobs."""
+def chat_logprobs(tokenizer: Tokenizer, logprobs: list, as_ids: bool = False) -> dict:
+    """The chat API's logprobs object: token, logprob, bytes and top_logprobs (as_ids:
+    "token_id:<id>", and bytes of that string, as vLLM writes them)."""
     def entry(token_id: int, logprob: float) -> dict:
-        data = tokenizer.decode_bytes([token_id])
+        data = (f"token_id:{token_id}".encode() if as_ids
+                else tokenizer.decode_bytes([token_id]))
         return {"token": data.decode("utf-8", "replace"), "logprob": logprob,
                 "bytes": list(data)}
     return {"content": [{**entry(lp.token_id, lp.logprob),
@@ -639,6 +751,23 @@ def chat_logprobs(tokenizer: Tokenizer, logprobs: list) -> dict:
                         for lp in logprobs], "refusal": None}
 
 
+def prompt_logprobs(tokenizer: Tokenizer, logprobs: list, k: int,
+                    as_ids: bool = False) -> list:
+    """vLLM's prompt_logprobs list: None for the first prompt token, then per token
+    {id: {"logprob", "rank", "decoded_token"}} for it and its k best rivals."""
+    def entry(token_id: int, logprob: float, rank: int) -> dict:
+        return {"logprob": logprob, "rank": rank,
+                "decoded_token": token_name(tokenizer, token_id, as_ids)}
+    out = [None]
+    for lp in logprobs[1:]:
+        rivals = {str(i): entry(i, v, rank)
+                  for rank, (i, v) in enumerate(lp.top[:k], 1)}
+        out.append({str(lp.token_id): entry(lp.token_id, lp.logprob, lp.rank),
+                    **rivals})
+    return out
+
+
 __all__ = ['APIError', 'Limits', 'ServedModel', 'ParsedRequest', 'parse_json',
            'parse_completion', 'parse_chat', 'tokenize_reply', 'detokenize_reply',
-           'with_chosen', 'completion_logprobs', 'chat_logprobs']
+           'with_chosen', 'token_name', 'completion_logprobs', 'chat_logprobs',
+           'prompt_logprobs']

@@ -20,13 +20,17 @@ and stop when the value is complete.
 `compile_schema(schema)` compiles a JSON Schema (the subset strict structured-output
 APIs accept; SchemaError names any other keyword) into a SchemaGrammar, an automaton
 of the same kind that JsonConstraint takes as `grammar=`: the mask then enforces the
-schema's keys, types and bounds too.
+schema's keys, types and bounds too. ChoiceGrammar (one of a list of strings) and
+RegexGrammar (text that matches a regular expression) are automata of the same kind.
 """
 from __future__ import annotations
 
+import bisect
 import functools
+import heapq
 import json
 import math
+import re
 import weakref
 
 import torch
@@ -319,6 +323,13 @@ class JsonConstraint:
     def is_complete(self, state) -> bool:
         """Whether `state` ends a whole document."""
         return self.grammar.is_complete(state)
+
+    def open_end(self, state) -> bool:
+        """Whether `state` is a whole document that may also go on (a regex's `a+`
+        after "a"): there a reply may draw its stop token or continue. A JSON value,
+        once closed, ends the reply."""
+        goes_on = getattr(self.grammar, "goes_on", None)
+        return goes_on is not None and self.is_complete(state) and goes_on(state)
 
     def _is_tight(self, state, left: int | None) -> bool:
         # tight: some allowed token would leave more than the left - 1 after it
@@ -1141,7 +1152,420 @@ def compile_schema(schema: dict | str) -> SchemaGrammar:
     return SchemaGrammar(schema)
 
 
+# %% chapters/07_sampling.ipynb § One of a list, or a pattern: grammars beyond JSON
+class ChoiceGrammar:
+    """Exactly one of `choices`, as text (vLLM's structured outputs `choice`): a trie
+    of their UTF-8 bytes, read by JsonConstraint like any grammar. The state is the
+    bytes written so far."""
+
+    def __init__(self, choices):
+        if not (isinstance(choices, (list, tuple)) and choices
+                and all(isinstance(c, str) and c for c in choices)):
+            raise ValueError("choices must be a non-empty list of non-empty strings, "
+                             f"got {choices!r:.80}")
+        self.choices, self.start = tuple(sorted({c.encode() for c in choices})), b""
+
+    def step(self, state: bytes, b: int) -> bytes | None:
+        state += bytes([b])
+        return state if any(c.startswith(state) for c in self.choices) else None
+
+    def is_complete(self, state: bytes | None) -> bool:
+        return state in self.choices
+
+    def goes_on(self, state: bytes) -> bool:
+        """Whether a whole choice may still grow into a longer one ("yes", "yes!")."""
+        return any(len(c) > len(state) and c.startswith(state) for c in self.choices)
+
+    def bytes_to_close(self, state: bytes) -> int:
+        return min(len(c) - len(state) for c in self.choices if c.startswith(state))
+
+    def expected(self, state: bytes) -> frozenset:
+        return frozenset(c[len(state)] for c in self.choices
+                         if len(c) > len(state) and c.startswith(state))
+
+    def free_text(self, state: bytes) -> None:
+        return None  # no fast path: every token is walked, and choices are short
+
+    plain_step = staticmethod(utf8_step)  # (unused: free_text is always None)
+    boundary_key = ()
+
+    @staticmethod
+    def at_boundary(state: bytes) -> bytes:
+        return state
+
+
+# %% chapters/07_sampling.ipynb § One of a list, or a pattern: grammars beyond JSON
+MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+def _ranges(pairs) -> tuple:
+    """Sorted, merged (lo, hi) code-point ranges, surrogates removed (no valid text
+    holds them)."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(pairs):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    out = []
+    for lo, hi in merged:
+        for a, b in ((lo, min(hi, _SURROGATES[0] - 1)),
+                     (max(lo, _SURROGATES[1] + 1), hi)):
+            if a <= b:
+                out.append((a, b))
+    return tuple(out)
+
+
+def _complement(ranges: tuple) -> tuple:
+    out, start = [], 0
+    for lo, hi in ranges:
+        if lo > start:
+            out.append((start, lo - 1))
+        start = hi + 1
+    if start <= MAX_CODE_POINT:
+        out.append((start, MAX_CODE_POINT))
+    return _ranges(out)
+
+
+_CLASSES = {"d": _ranges([(48, 57)]),
+            "w": _ranges([(48, 57), (65, 90), (95, 95), (97, 122)]),
+            "s": _ranges([(9, 13), (32, 32)])}
+_CONTROL = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "0": 0}
+
+
+class RegexError(ValueError):
+    """A pattern outside the supported subset, or not a regular expression."""
+
+
+class _Parser:
+    """A regular expression as a tree: ("chars", ranges), ("cat", [...]), ("alt",
+    [...]), ("rep", node, least, most or None). The subset is what describes a
+    regular language: literals, escapes, ., classes, groups, |, * + ? and {m,n};
+    ^ and $ only at the ends (a whole-text match is implied). Backreferences and
+    lookaround describe no automaton and are refused."""
+
+    def __init__(self, pattern: str):
+        self.p, self.i = pattern, 0
+
+    def fail(self, what: str):
+        raise RegexError(f"pattern {self.p!r}, at {self.i}: {what}")
+
+    def peek(self) -> str:
+        return self.p[self.i] if self.i < len(self.p) else ""
+
+    def parse(self):
+        node = self.alt()
+        if self.i < len(self.p):
+            self.fail("a ')' without its '('")
+        return node
+
+    def alt(self):
+        branches = [self.cat()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.cat())
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def cat(self):
+        items = []
+        while self.peek() not in ("", "|", ")"):
+            items.append(self.repeated())
+        return ("cat", items)
+
+    def repeated(self):
+        node = self.atom()
+        while True:
+            c, counts = self.peek(), None
+            if c in ("*", "+", "?"):
+                counts, self.i = {"*": (0, None), "+": (1, None),
+                                  "?": (0, 1)}[c], self.i + 1
+            elif c == "{":
+                m = re.match(r"\{(\d+)(,(\d*))?\}", self.p[self.i:])
+                if m is None:
+                    return node  # a literal "{", as Python's re reads it
+                least = int(m[1])
+                most = least if m[2] is None else (int(m[3]) if m[3] else None)
+                if most is not None and most < least:
+                    self.fail(f"{{{least},{most}}}: the greater count comes second")
+                counts, self.i = (least, most), self.i + m.end()
+            if counts is None:
+                return node
+            if self.peek() == "?":
+                self.i += 1  # lazy: the same language
+            elif self.peek() == "+":
+                self.fail("possessive quantifiers are not supported")
+            node = ("rep", node, *counts)
+
+    def atom(self):
+        c = self.peek()
+        self.i += 1
+        if c == "(":
+            if self.p.startswith("?:", self.i):
+                self.i += 2
+            elif self.p.startswith("?P<", self.i) or (
+                    self.p.startswith("?<", self.i)
+                    and self.p[self.i + 2:self.i + 3] not in ("=", "!")):
+                self.i = self.p.index(">", self.i) + 1 if ">" in self.p[self.i:] \
+                    else self.fail("a group name without its '>'")
+            elif self.peek() == "?":
+                self.fail("lookaround and inline flags are not supported (no "
+                          "automaton reads them)")
+            node = self.alt()
+            if self.peek() != ")":
+                self.fail("a '(' without its ')'")
+            self.i += 1
+            return node
+        if c == "[":
+            return ("chars", self.char_class())
+        if c == ".":
+            return ("chars", _complement(_ranges([(10, 10)])))
+        if c == "\\":
+            return ("chars", self.escape(in_class=False))
+        if c == "^" and self.i == 1 or c == "$" and self.i == len(self.p):
+            return ("cat", [])  # anchors at the ends: the whole text matches anyway
+        if c in ("^", "$"):
+            self.fail(f"'{c}' inside the pattern is not supported (only at its ends)")
+        if c in ("*", "+", "?"):
+            self.fail(f"'{c}' with nothing to repeat")
+        return ("chars", ((ord(c), ord(c)),))
+
+    def escape(self, in_class: bool) -> tuple:
+        c = self.peek()
+        if not c:
+            self.fail("a pattern cannot end with '\\'")
+        self.i += 1
+        if c.lower() in _CLASSES:
+            found = _CLASSES[c.lower()]
+            return _complement(found) if c.isupper() else found
+        if c in _CONTROL:
+            return ((_CONTROL[c],) * 2,)
+        if c in ("x", "u"):
+            width = 2 if c == "x" else 4
+            digits = self.p[self.i:self.i + width]
+            if len(digits) < width or any(d not in "0123456789abcdefABCDEF"
+                                          for d in digits):
+                self.fail(f"\\{c} needs {width} hex digits")
+            self.i += width
+            return ((int(digits, 16),) * 2,)
+        if c == "b" and in_class:
+            return ((8, 8),)
+        if c.isalnum():
+            self.fail(f"\\{c} is not supported (a backreference describes no "
+                      "automaton, and this compiler reads no word boundary; write a "
+                      "character as \\xHH or \\uHHHH)")
+        return ((ord(c), ord(c)),)
+
+    def char_class(self) -> tuple:
+        negate = self.peek() == "^"
+        self.i += negate
+        pairs, first = [], True
+        while True:
+            c = self.peek()
+            if not c:
+                self.fail("a '[' without its ']'")
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            self.i += 1
+            found = self.escape(in_class=True) if c == "\\" else ((ord(c), ord(c)),)
+            if (len(found) == 1 and found[0][0] == found[0][1] and self.peek() == "-"
+                    and self.p[self.i + 1:self.i + 2] not in ("]", "")):
+                self.i += 1
+                d = self.peek()
+                self.i += 1
+                end = self.escape(in_class=True) if d == "\\" else ((ord(d), ord(d)),)
+                if len(end) != 1 or end[0][0] != end[0][1] or end[0][0] < found[0][0]:
+                    self.fail("a class range must go from a character up to another")
+                found = ((found[0][0], end[0][0]),)
+            pairs += found
+        ranges = _ranges(pairs)
+        return _complement(ranges) if negate else ranges
+
+
+def _utf8_length(cp: int) -> int:
+    return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+
+
+def _prefix_span(pending: bytes) -> tuple[int, int, int]:
+    """(least, greatest code point, bytes still to come) of a character whose UTF-8
+    encoding starts with `pending` (a valid, unfinished prefix)."""
+    lead = pending[0]
+    total = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    value = lead & (0x7F >> total)
+    for b in pending[1:]:
+        value = value << 6 | b & 0x3F
+    rest = total - len(pending)
+    lo, hi = value << 6 * rest, (value << 6 * rest) | ((1 << 6 * rest) - 1)
+    least = {2: 0x80, 3: 0x800, 4: 0x10000}[total]
+    return max(lo, least), min(hi, MAX_CODE_POINT), rest
+
+
+class RegexGrammar:
+    """Text that matches `pattern` whole (vLLM's structured outputs `regex`): the
+    pattern compiled to an automaton over characters (Thompson's construction), read
+    a byte at a time with the UTF-8 bytes of an unfinished character pending. A
+    state is (automaton states, pending bytes); a byte is refused as soon as no
+    character it could begin leads on to a match."""
+
+    MAX_STATES = 20_000  # {m,n} copies its operand: a bound on the automaton's size
+
+    def __init__(self, pattern: str):
+        if not isinstance(pattern, str):
+            raise RegexError(f"a pattern must be a string, got {pattern!r:.40}")
+        self.pattern = pattern
+        self.moves: list[list[tuple[tuple, int]]] = []  # state -> (ranges, target)
+        self.empty: list[list[int]] = []                # state -> epsilon targets
+        start, accept = self._build(_Parser(pattern).parse())
+        self.accept = accept
+        self.closure = [self._close(s) for s in range(len(self.moves))]
+        self.dist = self._distances()
+        if self.dist[start] == math.inf:
+            raise RegexError(f"pattern {pattern!r} matches no text")
+        self.start = (self._live(self.closure[start]), b"")
+
+    # -- building the automaton -----------------------------------------------------
+    def _state(self) -> int:
+        if len(self.moves) >= self.MAX_STATES:
+            raise RegexError(f"pattern {self.pattern!r} needs more than "
+                             f"{self.MAX_STATES} automaton states; use smaller counts")
+        self.moves.append([])
+        self.empty.append([])
+        return len(self.moves) - 1
+
+    def _build(self, node) -> tuple[int, int]:
+        kind = node[0]
+        if kind == "chars":
+            a, b = self._state(), self._state()
+            if node[1]:
+                self.moves[a].append((node[1], b))
+            return a, b
+        if kind == "cat":
+            a = b = self._state()
+            for item in node[1]:
+                s, e = self._build(item)
+                self.empty[b].append(s)
+                b = e
+            return a, b
+        if kind == "alt":
+            a, b = self._state(), self._state()
+            for branch in node[1]:
+                s, e = self._build(branch)
+                self.empty[a].append(s)
+                self.empty[e].append(b)
+            return a, b
+        _, inner, least, most = node
+        a = b = self._state()
+        for _ in range(least):
+            s, e = self._build(inner)
+            self.empty[b].append(s)
+            b = e
+        if most is None:  # a loop: inner, any number of times
+            s, e = self._build(inner)
+            end = self._state()
+            self.empty[b] += [s, end]
+            self.empty[e] += [s, end]
+            return a, end
+        end = self._state()
+        for _ in range(most - least):  # each optional copy may end the repeat
+            self.empty[b].append(end)
+            s, e = self._build(inner)
+            self.empty[b].append(s)
+            b = e
+        self.empty[b].append(end)
+        return a, end
+
+    def _close(self, s: int) -> frozenset:
+        seen, todo = {s}, [s]
+        while todo:
+            for t in self.empty[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+    def _distances(self) -> list[float]:
+        """The fewest bytes from each state to a match (Dijkstra, edges reversed)."""
+        back: list[list[tuple[int, int]]] = [[] for _ in self.moves]
+        for s in range(len(self.moves)):
+            for t in self.empty[s]:
+                back[t].append((s, 0))
+            for ranges, t in self.moves[s]:
+                back[t].append((s, _utf8_length(ranges[0][0])))
+        dist = [math.inf] * len(self.moves)
+        dist[self.accept], heap = 0, [(0, self.accept)]
+        while heap:
+            d, t = heapq.heappop(heap)
+            if d > dist[t]:
+                continue
+            for s, w in back[t]:
+                if d + w < dist[s]:
+                    dist[s] = d + w
+                    heapq.heappush(heap, (d + w, s))
+        return dist
+
+    def _live(self, states) -> frozenset:
+        return frozenset(s for s in states if self.dist[s] < math.inf)
+
+    # -- the grammar JsonConstraint reads ---------------------------------------------
+    def _targets(self, states, lo: int, hi: int):
+        """Targets of the moves on some character in [lo, hi]."""
+        for s in states:
+            for ranges, t in self.moves[s]:
+                i = bisect.bisect_right(ranges, (hi, MAX_CODE_POINT + 1)) - 1
+                if i >= 0 and ranges[i][1] >= lo and self.dist[t] < math.inf:
+                    yield t
+
+    def step(self, state: tuple, b: int) -> tuple | None:
+        states, pending = state
+        check = ()
+        for byte in pending + bytes([b]):  # the UTF-8 rules (short: <= 4 bytes)
+            check = utf8_step(check, byte)
+            if check is None:
+                return None
+        data = pending + bytes([b])
+        if check:  # a character begun: go on only if one it could be leads on
+            lo, hi, _ = _prefix_span(data)
+            return (states, data) if next(self._targets(states, lo, hi), None) \
+                is not None else None
+        cp = ord(data.decode())
+        after = set()
+        for t in self._targets(states, cp, cp):
+            after |= self.closure[t]
+        return (frozenset(after), b"") if after else None
+
+    def is_complete(self, state: tuple | None) -> bool:
+        return state is not None and not state[1] and self.accept in state[0]
+
+    def goes_on(self, state: tuple) -> bool:
+        """Whether some byte may follow (a complete `a+` may still grow)."""
+        return state[1] != b"" or next(
+            self._targets(state[0], 0, MAX_CODE_POINT), None) is not None
+
+    def bytes_to_close(self, state: tuple) -> float:
+        states, pending = state
+        if not pending:
+            return min(self.dist[s] for s in states)
+        lo, hi, rest = _prefix_span(pending)
+        return rest + min(self.dist[t] for t in self._targets(states, lo, hi))
+
+    def expected(self, state: tuple) -> None:
+        return None  # any byte is tried: step is cheap next to a trie's fan-out
+
+    def free_text(self, state: tuple) -> None:
+        return None  # no fast path: every token is walked for a new state
+
+    plain_step = staticmethod(utf8_step)  # (unused: free_text is always None)
+    boundary_key = ()
+
+    @staticmethod
+    def at_boundary(state: tuple) -> tuple:
+        return state
+
+
 __all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
            'is_complete', 'bytes_to_close', 'JsonGrammar', 'vocabulary',
            'JsonConstraint', 'SchemaError', 'CompiledSchema', 'utf8_step',
-           'int_digits_to_close', 'int_prefix', 'SchemaGrammar', 'compile_schema']
+           'int_digits_to_close', 'int_prefix', 'SchemaGrammar', 'compile_schema',
+           'ChoiceGrammar', 'MAX_CODE_POINT', 'RegexError', 'RegexGrammar']

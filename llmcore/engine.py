@@ -66,10 +66,11 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], k: int
     """TokenLogprob of tokens[i] in row i of logits (rows, vocab), with k rivals."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     chosen = logp.gather(1, torch.tensor(tokens, device=logp.device)[:, None])
+    ranks = (logp > chosen).sum(dim=-1).add(1).tolist()  # ties share the best rank
     chosen = chosen[:, 0].tolist()
     top_v, top_i = logp.topk(min(k, logp.shape[-1]), dim=-1)
-    return [TokenLogprob(t, c, list(zip(i, v)))
-            for t, c, i, v in zip(tokens, chosen, top_i.tolist(), top_v.tolist())]
+    return [TokenLogprob(t, c, list(zip(i, v)), r) for t, c, i, v, r
+            in zip(tokens, chosen, top_i.tolist(), top_v.tolist(), ranks)]
 
 
 class StepStats:
@@ -300,8 +301,10 @@ class Engine:
         prompt, found = st.request.prompt_ids, st.prompt_logprobs
         have, stop = len(found), min(start + n, len(prompt) - 1)
         if start < have <= stop:
+            top = st.request.prompt_top
+            top = (st.request.logprobs or 0) if top is None else top
             found += token_logprobs(logits[have - 1 - start:stop - start],
-                                    prompt[have:stop + 1], st.request.logprobs or 0)
+                                    prompt[have:stop + 1], top)
 
     # 2. sample: a token for each request whose tokens are all computed
     def _sample(self, ends: dict[Hashable, torch.Tensor], done: list[Completion]

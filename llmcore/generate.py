@@ -152,7 +152,9 @@ class Reply:
       string); the text is cut before it, or after it with include_stop_str_in_output.
     - under a JSON constraint (chapter 7) only tokens that keep the text valid JSON may
       be drawn, and the reply ends ("stop") when the JSON value is complete; near the
-      end of max_tokens only tokens after which the value can still close in time.
+      end of max_tokens only tokens after which the value can still close in time. A
+      text that is whole but may go on (a regex's a+, constraint.open_end) lets the
+      stop ids be drawn too, and ends when one is or nothing more may follow.
     - nothing ends the reply within its first params.min_tokens tokens: banned_ids()
       lists the stop ids while they must not be drawn, and stop strings or a JSON value
       that complete within those tokens are ignored.
@@ -191,8 +193,9 @@ class Reply:
         self.json_state = None if constraint is None else constraint.start
         self.detokenizer = (None if tokenizer is None
                             else IncrementalDetokenizer(tokenizer))
-        self.special_ids = (frozenset() if tokenizer is None
-                            else frozenset(tokenizer.special_tokens.values()))
+        self.special_ids = frozenset() if tokenizer is None else frozenset(
+            i for text, i in tokenizer.special_tokens.items()
+            if text not in getattr(tokenizer, "text_tokens", ()))  # <tool_call>: text
         self._spaced = None  # spaces_between_special_tokens: "text", "special" or None
         self.checker = StopChecker(params.stop, params.include_stop_str_in_output)
         self.token_ids: list[int] = []
@@ -241,7 +244,11 @@ class Reply:
         Never edits its input."""
         if self.constraint is not None:
             left = self.max_tokens - len(self.token_ids)  # this token included
+            raw = logits
             logits = self.constraint.mask_logits(logits, self.json_state, left)
+            if self.stop_ids and self.constraint.open_end(self.json_state):
+                stops = sorted(self.stop_ids)  # a whole text that may go on: or stop
+                logits[..., stops] = raw[..., stops].float()
         banned = self.banned_ids()
         if banned:
             masked = logits.clone()
@@ -260,10 +267,11 @@ class Reply:
         self.token_ids.append(token)
         self.times.append(now)
         may_stop = len(self.token_ids) > self.params.min_tokens
-        if self.constraint is not None:
+        stops = token in self.stop_ids and may_stop  # (a stop token is no text)
+        if self.constraint is not None and not stops:
             piece = self.constraint.token_bytes[token]
             self.json_state = self.constraint.advance(self.json_state, piece)
-        if token in self.stop_ids and may_stop:
+        if stops:
             delta = ""
             if self.params.include_stop_str_in_output and self.detokenizer is not None:
                 delta = self.checker.add(self._piece(token), check=False)
@@ -273,7 +281,7 @@ class Reply:
         if self.checker.stop is not None:
             return delta + self._close("stop", self.checker.stop)
         if may_stop and self.json_state is not None and self.constraint.is_complete(
-                self.json_state):
+                self.json_state) and not self.constraint.open_end(self.json_state):
             return delta + self._close("stop", None)
         if len(self.token_ids) >= self.max_tokens:
             return delta + self._close("length", None)

@@ -378,15 +378,17 @@ def gguf_tokenizer(file: GGUFFile | str | os.PathLike) -> Tokenizer:
     tokens = _value(reader, "tokenizer.ggml.tokens")
     types = _value(reader, "tokenizer.ggml.token_type")
     merges = [m.split(" ") for m in _value(reader, "tokenizer.ggml.merges")]
-    specials, encoder = {}, {}
+    specials, encoder, user = {}, {}, set()
     for i, (text, kind) in enumerate(zip(tokens, types)):
         if kind in (CONTROL, USER_DEFINED):
             specials[text] = i
+            if kind == USER_DEFINED:  # llama.cpp prints these even without specials
+                user.add(text)
         else:
             encoder[str_to_token(text)] = i
     merges = [(str_to_token(a), str_to_token(b)) for a, b in merges]
     return Tokenizer(encoder, merges, PRE_TOKENIZERS[pre], specials,
-                     drop_unknown_bytes=True)
+                     drop_unknown_bytes=True, text_tokens=user)
 
 
 def gguf_chat_template(file: GGUFFile | str | os.PathLike) -> ChatTemplate:

@@ -36,15 +36,18 @@ class Request:
     # None: no log probabilities; k >= 0: each output token's, and its k best rivals'
     logprobs: int | None = None
     prompt_logprobs: bool = False     # also each prompt token's (after the first)
+    prompt_top: int | None = None     # rivals per prompt token (None: as logprobs)
 
 
 @dataclass
 class TokenLogprob:
     """A token's log probability under the model (its raw logits, before any sampling
-    transform or mask) and the `top` most likely tokens at that position."""
+    transform or mask) and the `top` most likely tokens at that position; rank: its
+    place among all the vocabulary's tokens (1: the most likely)."""
     token_id: int
     logprob: float
     top: list[tuple[int, float]]
+    rank: int | None = None
 
 
 @dataclass

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from llmcore.api import APIError, ParsedRequest, chat_logprobs, completion_logprobs
+from llmcore.api import (APIError, ParsedRequest, chat_logprobs, completion_logprobs,
+                         prompt_logprobs)
 from llmcore.request import Completion
 from llmcore.tools import parse_tool_calls
 
@@ -53,9 +55,24 @@ class ResponseWriter:
                   first_token: int | None = None) -> dict | None:
         if self.parsed.logprobs is None:
             return None
+        as_ids = self.parsed.tokens_as_ids
         if self.chat:
-            return chat_logprobs(self.tok, logprobs or [])
-        return completion_logprobs(self.tok, logprobs or [], offset, first_token)
+            return chat_logprobs(self.tok, logprobs or [], as_ids)
+        return completion_logprobs(self.tok, logprobs or [], offset, first_token,
+                                   as_ids)
+
+    def _echoed(self, scored: list) -> list:
+        """A prompt's scored tokens (after the first) for echo: `logprobs` rivals each,
+        however many prompt_logprobs asked the engine for."""
+        k = self.parsed.logprobs
+        return [replace(lp, top=lp.top[:k]) for lp in scored[1:]]
+
+    def _prompt_logprobs(self, c: Completion) -> dict:
+        k = self.parsed.prompt_logprobs
+        if k is None:
+            return {}
+        return {"prompt_logprobs": prompt_logprobs(self.tok, c.prompt_logprobs, k,
+                                                   self.parsed.tokens_as_ids)}
 
     def _failed(self, c: Completion) -> APIError | None:
         if c.finish_reason != "error":
@@ -88,7 +105,9 @@ class ResponseWriter:
         finally:
             gone.cancel()
         choices = [self._choice(i, done[i]) for i in range(jobs)]
-        return {**self._envelope(choices), "usage": self._usage(list(done.values()))}
+        top = self._prompt_logprobs(done[0]) if self.chat else {}  # chat: one list
+        return {**self._envelope(choices), "usage": self._usage(list(done.values())),
+                **top}
 
     def _message(self, c: Completion) -> tuple[dict, str]:
         """A finished choice's assistant message and finish_reason: with tools, the
@@ -119,10 +138,11 @@ class ResponseWriter:
             text = prompt + text
             if logprobs is not None:
                 logprobs = self._logprobs(
-                    (c.prompt_logprobs or [None])[1:] + (c.logprobs or []), 0,
-                    c.prompt_ids[0])
+                    self._echoed(c.prompt_logprobs or [None]) + (c.logprobs or []),
+                    0, c.prompt_ids[0])
         return {"index": index, "text": text, "logprobs": logprobs,
-                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}
+                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
+                **self._prompt_logprobs(c)}
 
     async def stream(self, events: _Events, early: list, ids: list, release):
         """Server-sent events: `data: <chunk>` per delta, a last chunk per choice with
@@ -174,7 +194,7 @@ class ResponseWriter:
                     text = self.parsed.prompt_texts[prompt]
                     offsets[choice] = len(text)
                     yield sse([delta(choice, text, self._logprobs(
-                        event[1][1:], 0, self.parsed.prompts[prompt][0]))])
+                        self._echoed(event[1]), 0, self.parsed.prompts[prompt][0]))])
                 elif event[0] == "delta" and held:
                     held_logprobs[choice] += event[2] or []
                 elif event[0] == "delta":

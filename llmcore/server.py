@@ -37,7 +37,8 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from llmcore.api import APIError, Limits, ParsedRequest, ServedModel, parse_json
-from llmcore.constrained import JsonConstraint, SchemaError, compile_schema
+from llmcore.constrained import (ChoiceGrammar, JsonConstraint, RegexGrammar,
+                                 SchemaError, compile_schema)
 from llmcore.engine import Engine
 from llmcore.engine_thread import EngineThread, _Events
 from llmcore.metrics import Metrics
@@ -45,6 +46,7 @@ from llmcore.model_runner import KVPool, ModelRunner, blocks_for_memory
 from llmcore.request import Request
 from llmcore.responses import ResponseWriter
 from llmcore.routes import build_app
+from llmcore.tools import ToolCallGrammar
 
 
 class _HTTPProtocol(H11Protocol):
@@ -229,12 +231,19 @@ class OpenAIServer:
             raise APIError(499, "the client closed the connection") from None
         return parse_json(bytes(data), self.served.limits)
 
+    def _keep(self, key: str, constraint: JsonConstraint) -> None:
+        """Remember a compiled constraint, at most max_schemas of them."""
+        self._schemas[key] = constraint
+        while len(self._schemas) > self.max_schemas:
+            self._schemas.popitem(last=False)
+
     async def _constraint(self, parsed: ParsedRequest) -> JsonConstraint | None:
-        """The request's response_format as a constraint: built off the event loop
-        (a walk over the vocabulary; a schema's compile), kept for the next request
-        that asks for the same (json_object: one; json_schema: max_schemas, least
-        recently used dropped first); a 400 naming the keyword for a schema outside
-        the supported subset, or a max_tokens too small to close its value."""
+        """The request's response_format (or structured_outputs, guided_*) as a
+        constraint: built off the event loop (a walk over the vocabulary; a schema's
+        compile), kept for the next request that asks for the same (json_object: one;
+        a schema or choices: max_schemas, least recently used dropped first); a 400
+        naming the keyword for a schema outside the supported subset, or a max_tokens
+        too small to close its value."""
         if parsed.schema is not None:
             key = json.dumps(parsed.schema, sort_keys=True)
             constraint = self._schemas.get(key)
@@ -244,11 +253,37 @@ class OpenAIServer:
                         lambda: JsonConstraint(self.served.tokenizer,
                                                grammar=compile_schema(parsed.schema)))
                 except SchemaError as err:
-                    raise APIError(400, f"response_format.json_schema.schema: {err}",
-                                   param="response_format") from None
-                self._schemas[key] = constraint
-                while len(self._schemas) > self.max_schemas:
-                    self._schemas.popitem(last=False)
+                    where = parsed.format_param
+                    where += ".json_schema.schema" if where == "response_format" else ""
+                    raise APIError(400, f"{where}: {err}",
+                                   param=parsed.format_param) from None
+                self._keep(key, constraint)
+            self._schemas.move_to_end(key)
+        elif parsed.choice is not None or parsed.regex is not None:
+            kind = "choice" if parsed.choice is not None else "regex"
+            key = f"{kind}: " + json.dumps(parsed.choice or parsed.regex)
+            constraint = self._schemas.get(key)
+            if constraint is None:
+                def build() -> JsonConstraint:  # a regex's automaton too: a thread
+                    grammar = (ChoiceGrammar(parsed.choice) if kind == "choice"
+                               else RegexGrammar(parsed.regex))
+                    return JsonConstraint(self.served.tokenizer, grammar=grammar)
+                try:
+                    constraint = await asyncio.to_thread(build)
+                except ValueError as err:  # RegexError: what the pattern lacks
+                    raise APIError(400, f"{parsed.format_param}: {err}",
+                                   param=parsed.format_param) from None
+                self._keep(key, constraint)
+            self._schemas.move_to_end(key)
+        elif parsed.strict_tools:  # a reply whose tool calls fit their functions
+            key = "tools: " + json.dumps([t["function"] for t in parsed.tools],
+                                         sort_keys=True)
+            constraint = self._schemas.get(key)
+            if constraint is None:
+                constraint = await asyncio.to_thread(
+                    lambda: JsonConstraint(self.served.tokenizer,
+                                           grammar=ToolCallGrammar(parsed.tools)))
+                self._keep(key, constraint)
             self._schemas.move_to_end(key)
         elif parsed.json_only:
             if self._json is None:
@@ -293,10 +328,13 @@ class OpenAIServer:
                 if params.seed is not None and choice % parsed.n:  # n different draws
                     params = replace(params,
                                      seed=(params.seed + choice % parsed.n) % 2**64)
+                echoed = parsed.echo and parsed.logprobs is not None
+                scored = echoed or parsed.prompt_logprobs is not None
+                top = max(parsed.logprobs if echoed else 0, parsed.prompt_logprobs or 0)
                 self.worker.submit(Request(
                     request_id, parsed.prompts[choice // parsed.n], params,
-                    constraint, parsed.logprobs,
-                    parsed.echo and parsed.logprobs is not None), events, choice)
+                    constraint, parsed.logprobs, scored, top if scored else None),
+                    events, choice)
             early = await self._accepted(events, jobs)
         except BaseException:
             self._release(ids, jobs)

@@ -293,12 +293,15 @@ class BPETokenizer:
         HF tokenizers does for a BPE without unk token or byte fallback (SmolLM2's
         vocabulary lacks eight control and lead bytes); the default is to refuse
         such a vocabulary.
+    text_tokens: the special tokens that are text all the same (HF's added tokens
+        with "special": false, such as Qwen's <tool_call>; GGUF's user-defined ones):
+        a reply that skips special tokens keeps these.
     """
 
     def __init__(self, encoder: dict[bytes, int], merges=None, pattern="gpt4",
                  special_tokens=None, *, ignore_merges: bool | None = None,
                  normalizer: str | None = None, cache_size: int = 1 << 18,
-                 drop_unknown_bytes: bool = False):
+                 drop_unknown_bytes: bool = False, text_tokens=()):
         missing = [b for b in _UTF8_BYTES if bytes([b]) not in encoder]
         self.unknown_bytes = frozenset(missing if drop_unknown_bytes else ())
         if missing and not drop_unknown_bytes:
@@ -334,6 +337,10 @@ class BPETokenizer:
                 raise ValueError(f"special token {text!r} reuses id {i}, which belongs "
                                  f"to {self.decoder[i]!r}")
             self.decoder[i] = text.encode("utf-8")
+        self.text_tokens = frozenset(text_tokens)
+        if not self.text_tokens <= self.special_tokens.keys():
+            raise ValueError("text_tokens must be special tokens, got "
+                             f"{sorted(self.text_tokens - self.special_tokens.keys())}")
         self._cache = _PieceCache(self._encode_piece, cache_size)
 
     def __repr__(self) -> str:
@@ -782,8 +789,9 @@ class Tokenizer(StreamingTokenizer):
         merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
         merges = [(str_to_token(a), str_to_token(b)) for a, b in merges]
         ignore_merges = bool(model.get("ignore_merges"))
+        text = {token["content"] for token in added if token.get("special") is False}
         return cls(encoder, merges, patterns, specials, ignore_merges=ignore_merges,
-                   normalizer=normalizer)
+                   normalizer=normalizer, text_tokens=text)
 
     def save(self, path) -> None:
         """Write llmcore's JSON format; tokens are spelled as in GPT-2's vocab.json."""
@@ -793,7 +801,7 @@ class Tokenizer(StreamingTokenizer):
                 "pattern": list(self.patterns), "special_tokens": self.special_tokens,
                 "ignore_merges": self.ignore_merges, "normalizer": self.normalizer,
                 "vocab": {token_to_str(b): i for b, i in self.encoder.items()},
-                "merges": merges}
+                "merges": merges, "text_tokens": sorted(self.text_tokens)}
         Path(path).write_text(json.dumps(data, ensure_ascii=False), "utf-8")
 
     @classmethod
@@ -808,7 +816,8 @@ class Tokenizer(StreamingTokenizer):
                                      for a, b in data["merges"]]
         return cls({str_to_token(t): i for t, i in data["vocab"].items()}, merges,
                    data["pattern"], data["special_tokens"],
-                   ignore_merges=data["ignore_merges"], normalizer=data["normalizer"])
+                   ignore_merges=data["ignore_merges"], normalizer=data["normalizer"],
+                   text_tokens=data.get("text_tokens", ()))
 
     def save_gpt2_files(self, directory) -> tuple[Path, Path]:
         """Write vocab.json (special tokens included) and merges.txt; return their

@@ -13,7 +13,9 @@ ChatML models trained on Hermes-style data (Qwen2.5, the tiny model's template) 
 turns that text into OpenAI's `tool_calls`. `tool_choice` "required" or a named
 function does not trust the model: as vLLM does, the reply is constrained by a JSON
 Schema built from the functions' parameters (`tool_schema`), so even a model never
-trained for tools returns a call that parses and fits.
+trained for tools returns a call that parses and fits. Under "auto", a tool marked
+`strict` puts the reply under `ToolCallGrammar`: its text stays free, and a call,
+once begun, fits its function's parameters.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import json
 import re
 import uuid
 
-from llmcore.constrained import SchemaError, compile_schema
+from llmcore.constrained import SchemaError, compile_schema, utf8_step
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -51,6 +53,8 @@ def check_tools(tools) -> list[dict]:
         names.add(name)
         if not isinstance(function.get("description", ""), str):
             raise ValueError(f"tools[{i}].function.description must be a string")
+        if not isinstance(function.get("strict", False), (bool, type(None))):
+            raise ValueError(f"tools[{i}].function.strict must be true or false")
         try:
             compile_schema(function.get("parameters", {"type": "object"}))
         except SchemaError as err:
@@ -98,6 +102,103 @@ def tool_schema(tools: list[dict], choice: str) -> dict | None:
               "required": ["name", "parameters"], "additionalProperties": False}
              for name, tool in by_name.items()]
     return {"type": "array", "items": {"anyOf": calls}, "minItems": 1}
+
+
+def _kmp(word: bytes) -> list[int]:
+    """Knuth-Morris-Pratt: fail[i], the longest proper border of word[:i + 1]."""
+    fail, k = [0] * len(word), 0
+    for i in range(1, len(word)):
+        while k and word[i] != word[k]:
+            k = fail[k - 1]
+        k += word[i] == word[k]
+        fail[i] = k
+    return fail
+
+
+class ToolCallGrammar:
+    """A reply whose text is free but whose tool calls fit their functions (tool_choice
+    "auto" with a strict tool; vLLM holds them with xgrammar's structural tags): free
+    text until it writes OPEN; then up to SPACE whitespace bytes, the call object
+    {"name", "arguments"} read by the functions' schema, up to SPACE more, CLOSE, and
+    free text again. The states: ("text", k), k bytes of OPEN just written; ("open",
+    spaces); ("call", the schema's state); ("close", bytes of CLOSE, spaces)."""
+
+    OPEN, CLOSE, SPACE = b"<tool_call>", b"</tool_call>", 4
+    _WHITE = frozenset(b" \t\n\r")
+
+    def __init__(self, tools: list[dict]):
+        calls = [{"type": "object", "properties": {
+            "name": {"const": t["function"]["name"]}, "arguments": _parameters(t)},
+            "required": ["name", "arguments"], "additionalProperties": False}
+            for t in tools]
+        self.call = compile_schema(calls[0] if len(calls) == 1 else {"anyOf": calls})
+        self.start, self._fail = ("text", 0), _kmp(self.OPEN)
+
+    def step(self, state: tuple, b: int) -> tuple | None:
+        phase = state[0]
+        if phase == "text":  # where OPEN's bytes stand, as a string search keeps it
+            at = state[1]
+            while at and self.OPEN[at] != b:
+                at = self._fail[at - 1]
+            at += self.OPEN[at] == b
+            return ("open", 0) if at == len(self.OPEN) else ("text", at)
+        if phase == "open":
+            if b in self._WHITE:
+                return ("open", state[1] + 1) if state[1] < self.SPACE else None
+            phase, state = "call", ("call", self.call.start)
+        if phase == "call":
+            if not self.call.is_complete(state[1]):
+                after = self.call.step(state[1], b)
+                return None if after is None else ("call", after)
+            state = ("close", 0, 0)  # the object is whole: CLOSE must follow
+        _, at, spaces = state
+        if at == 0 and b in self._WHITE:
+            return ("close", 0, spaces + 1) if spaces < self.SPACE else None
+        if self.CLOSE[at] != b:
+            return None
+        return ("text", 0) if at + 1 == len(self.CLOSE) else ("close", at + 1, spaces)
+
+    def is_complete(self, state: tuple | None) -> bool:
+        return state is not None and state[0] == "text"
+
+    def goes_on(self, state: tuple) -> bool:
+        return True  # free text may always grow
+
+    def bytes_to_close(self, state: tuple) -> float:
+        phase = state[0]
+        if phase == "text":
+            return 0
+        if phase == "close":
+            return len(self.CLOSE) - state[1]
+        inner = self.call.start if phase == "open" else state[1]
+        return self.call.bytes_to_close(inner) + len(self.CLOSE)
+
+    def expected(self, state: tuple):
+        phase = state[0]
+        if phase == "text":
+            return None
+        if phase == "open":
+            return self._WHITE | (self.call.expected(self.call.start) or frozenset(
+                range(256)))
+        if phase == "call" and not self.call.is_complete(state[1]):
+            return self.call.expected(state[1])
+        at = 0 if phase == "call" else state[1]
+        return frozenset({self.CLOSE[at]}) | (self._WHITE if at == 0 else frozenset())
+
+    def free_text(self, state: tuple):  # inside a call's strings: the schema's path
+        return self.call.free_text(state[1]) if state[0] == "call" else None
+
+    plain_step = staticmethod(utf8_step)
+    boundary_key = ()
+
+    def at_boundary(self, state: tuple) -> tuple:
+        return ("call", self.call.at_boundary(state[1]))
+
+
+def strict_tools(tools: list[dict] | None, choice: str) -> bool:
+    """Whether tool_choice "auto" must hold the calls to their schemas: some tool
+    says strict (OpenAI's flag; vLLM then builds a structural tag)."""
+    return choice == "auto" and any(t["function"].get("strict") for t in tools or [])
 
 
 def _call(name: str, arguments: str) -> dict:
@@ -199,4 +300,5 @@ def parse_tool_calls(text: str, tools: list[dict], choice: str
     return content or None, calls
 
 
-__all__ = ['check_tools', 'check_tool_choice', 'tool_schema', 'parse_tool_calls']
+__all__ = ['check_tools', 'check_tool_choice', 'tool_schema', 'ToolCallGrammar',
+           'strict_tools', 'parse_tool_calls']

@@ -1,6 +1,7 @@
 """Tests for llmcore.constrained: the JSON automaton, the vocabulary mask and constrained sampling."""
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -319,3 +320,76 @@ def test_a_servers_budget_below_max_tokens_also_closes_the_value(tokenizer, tiny
         result = generate(tiny_model, tokenizer, prompt, params, constraint=constraint,
                           budget_tokens=len(prompt) + 5)
         assert result.finish_reason == "stop" and isinstance(json.loads(result.text), dict)
+
+
+# ---------------------------------------------------------------- choices and regexes
+from llmcore.constrained import ChoiceGrammar, RegexError, RegexGrammar  # noqa: E402
+
+PATTERNS = [r"[a-z]+", r"\d{3}-\d{4}", r"(foo|bar)baz?", r"^[A-Z][a-z]*( [A-Z][a-z]*)*$",
+            r"[^0-9]{2,3}", r"a.c", r"(?:ab|cd)*e", r"[\w.+-]+@[\w-]+\.[a-z]{2,}",
+            r"\d{4}-\d{2}-\d{2}", r"[äöü€😀]+x", r"x{0,2}y", r"[-a]b", r"\.\*\\", r"(a|)b",
+            r"\u00e9+", r"[^\s]+", r"(?P<y>\d+)/(?P<m>\d+)", r"a{2,}", r"[\x41-\x43]{2}?"]
+
+
+def _reads(grammar, text: str) -> bool:
+    state = grammar.start
+    for b in text.encode():
+        state = grammar.step(state, b)
+        if state is None:
+            return False
+    return grammar.is_complete(state)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_a_regex_automaton_agrees_with_re_fullmatch(pattern):
+    import re
+    grammar, reference = RegexGrammar(pattern), re.compile(pattern, re.ASCII)
+    rng = random.Random(pattern)
+    alphabet = "abcefoxyzABZ019-.@ _+/\\*éäöü€😀\n"
+    for _ in range(1500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9)))
+        assert _reads(grammar, text) == bool(reference.fullmatch(text)), text
+
+
+@pytest.mark.parametrize("pattern, text", [(r"\d{3}-\d{4}", "555-1234"),
+                                           (r"[äöü€😀]+x", "ä😀x"),
+                                           (r"(foo|bar)baz?", "barba")])
+def test_bytes_to_close_counts_the_shortest_completion(pattern, text):
+    grammar = RegexGrammar(pattern)
+    data, state = text.encode(), grammar.start
+    for i, b in enumerate(data):  # at every byte, even inside a character
+        need = grammar.bytes_to_close(state)
+        assert 0 < need <= len(data) - i
+        state = grammar.step(state, b)
+    assert grammar.bytes_to_close(state) == 0 if grammar.is_complete(state) else 1
+
+
+@pytest.mark.parametrize("pattern, message", [
+    (r"(a", "without its ')'"), (r"a)", "without its '('"),
+    (r"(a)\1", "backreference"), (r"(?=a)b", "lookaround"), (r"a{3,1}", "second"),
+    (r"*a", "nothing to repeat"), (r"[a", "without its ']'"), (r"a\bb", "boundary"),
+    (r"a^b", "only at its ends"), (r"a{5000}{5000}", "automaton states"),
+    (r"[z-a]", "class range"), (r"[^\x00-\uffff\U00010000]", "\\U")])
+def test_a_pattern_outside_the_subset_is_refused_naming_why(pattern, message):
+    with pytest.raises(RegexError, match=re.escape(message)):
+        RegexGrammar(pattern)
+
+
+def test_a_regex_reply_may_stop_where_the_text_is_whole_or_go_on(tokenizer, tiny_model):
+    eos = tokenizer.special_tokens["<|endoftext|>"]
+    words = JsonConstraint(tokenizer, grammar=RegexGrammar(r"[a-z]+"))
+    ended = generate(tiny_model, tokenizer, "x = 1", SamplingParams(
+        temperature=0, max_tokens=8, logit_bias={eos: 50.0}), constraint=words)
+    # a whole match lets the stop token through: drawn at once, once a letter is in
+    assert ended.finish_reason == "stop" and ended.token_ids[-1] == eos
+    assert len(ended.token_ids) == 2 and ended.text.isalpha()
+    longer = generate(tiny_model, tokenizer, "x = 1", SamplingParams(
+        temperature=0, max_tokens=8, logit_bias={eos: -50.0}), constraint=words)
+    assert longer.finish_reason == "length" and longer.text.isalpha()
+    assert len(longer.token_ids) == 8 and eos not in longer.token_ids
+    # a choice that is the start of another: both can be written
+    yes = JsonConstraint(tokenizer, grammar=ChoiceGrammar(["yes", "yes, please"]))
+    for bias, want in ((50.0, "yes"), (-50.0, "yes, please")):
+        reply = generate(tiny_model, tokenizer, "x = 1", SamplingParams(
+            temperature=0, max_tokens=12, logit_bias={eos: bias}), constraint=yes)
+        assert reply.text == want and reply.finish_reason == "stop"

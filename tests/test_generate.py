@@ -347,3 +347,23 @@ def test_a_kept_special_token_between_text_gets_a_space_on_each_side(tok):
     skipped = generate(ScriptedModel(script), tok, [1], SamplingParams(
         temperature=0, max_tokens=len(script), ignore_eos=True))
     assert skipped.text == tok.decode(a) + tok.decode(b)
+
+
+def test_an_added_token_that_is_not_special_stays_text(tok, tmp_path):
+    # HF's "special": false (Qwen's <tool_call>): a skipping reply keeps its text
+    import json
+    spec = json.loads((Path(TOKENIZER).parent / "tiny" / "tokenizer.json").read_text())
+    for token in spec["added_tokens"]:
+        token["special"] = False
+    texty = Tokenizer.from_hf_json(spec)
+    assert texty.text_tokens == {"<|endoftext|>"}
+    texty.save(tmp_path / "t.json")
+    assert Tokenizer.load(tmp_path / "t.json").text_tokens == {"<|endoftext|>"}
+    eos = texty.special_tokens["<|endoftext|>"]
+    script = tok.encode("x") + [eos] + tok.encode("y")
+    params = SamplingParams(temperature=0, max_tokens=len(script), ignore_eos=True)
+    assert generate(ScriptedModel(script), texty, [1], params).text == \
+        "x<|endoftext|>y"
+    assert generate(ScriptedModel(script), tok, [1], params).text == "xy"
+    with pytest.raises(ValueError, match="text_tokens must be special tokens"):
+        Tokenizer({bytes([b]): b for b in range(256)}, text_tokens=["<x>"])

@@ -1851,3 +1851,99 @@ def test_continue_final_message_and_echo_on_chat(client, raw, tiny):
         client.chat.completions.create(
             model=MODEL, messages=[messages[0], {"role": "assistant", "content": ""}],
             max_tokens=3, extra_body={"continue_final_message": True})
+
+
+def test_prompt_logprobs_and_tokens_as_ids_through_extra_body(client, tiny):
+    model, tok = tiny
+    ids = tok.encode(CODE)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids]))[0].float(), dim=-1)
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=1,
+                                      temperature=0, extra_body={"prompt_logprobs": 2})
+    got = reply.choices[0].prompt_logprobs  # vLLM's field, on each choice
+    assert len(got) == len(ids) and got[0] is None
+    for i in range(1, len(ids)):
+        row = logp[i - 1]
+        entry = got[i][str(ids[i])]
+        assert math.isclose(entry["logprob"], row[ids[i]].item(), abs_tol=1e-4)
+        assert entry["rank"] == int((row > row[ids[i]]).sum()) + 1
+        assert entry["decoded_token"] == tok.decode([ids[i]])
+        best = row.topk(2).indices.tolist()
+        assert set(got[i]) == {str(ids[i])} | {str(t) for t in best}
+        assert [got[i][str(t)]["rank"] for t in best] == [1, 2]
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+        extra_body={"prompt_logprobs": 0})
+    assert len(chat.prompt_logprobs) == chat.usage.prompt_tokens  # chat: top level
+    assert all(len(e) == 1 for e in chat.prompt_logprobs[1:])
+    with pytest.raises(openai.BadRequestError, match="prompt_logprobs"):
+        client.completions.create(model=MODEL, prompt=CODE, max_tokens=1, stream=True,
+                                  extra_body={"prompt_logprobs": 1})
+    # return_tokens_as_token_ids: "token_id:<id>" for every token of the logprobs
+    kw = dict(model=MODEL, prompt=CODE, max_tokens=4, temperature=0, logprobs=1)
+    named = client.completions.create(**kw).choices[0].logprobs
+    as_ids = client.completions.create(
+        **kw, extra_body={"return_tokens_as_token_ids": True}).choices[0].logprobs
+    assert [tok.decode([int(t.removeprefix("token_id:"))]) for t in as_ids.tokens] \
+        == named.tokens
+    assert as_ids.text_offset == named.text_offset  # offsets still count the text
+    assert all(k.startswith("token_id:") for top in as_ids.top_logprobs for k in top)
+    lp = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+        temperature=0, logprobs=True, top_logprobs=1,
+        extra_body={"return_tokens_as_token_ids": True}).choices[0].logprobs.content
+    assert all(e.token.startswith("token_id:") and bytes(e.bytes) == e.token.encode()
+               for e in lp)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"structured_outputs": {"regex": "(a"}}, "structured_outputs: pattern '(a'"),
+    ({"guided_regex": r"(a)\1"}, "backreference"),
+    ({"guided_regex": ["a"]}, "regex must be a string"),
+    ({"guided_grammar": "root ::= 'a'"}, "grammar constraint is not supported"),
+    ({"structured_outputs": {"choice": ["a"], "json_object": True}}, "takes one of"),
+    ({"structured_outputs": {"choise": ["a"]}}, "'choise' is not one"),
+    ({"guided_choice": []}, "non-empty list"),
+    ({"guided_json": "{not json"}, "JSON Schema"),
+    ({"guided_json": {"type": "string", "format": "ipv9"}}, "guided_json: "),
+    ({"guided_choice": ["a"], "response_format": {"type": "json_object"}},
+     "both ask for an output format"),
+])
+def test_structured_outputs_refusals_name_the_field(client, extra, message):
+    with pytest.raises(openai.BadRequestError, match=re.escape(message)):
+        client.chat.completions.create(model=MODEL, max_tokens=8, extra_body=extra,
+                                       messages=[{"role": "user", "content": "hi"}])
+
+
+def test_structured_outputs_choice_and_regex_on_the_tiny_model(client):
+    reply = client.completions.create(model=MODEL, prompt=CODE, max_tokens=8,
+                                      temperature=0,
+                                      extra_body={"guided_choice": ["True", "False"]})
+    assert reply.choices[0].text in ("True", "False")
+    assert reply.choices[0].finish_reason == "stop"
+    pattern = r"[a-z_]+\([a-z, ]*\)"  # a call, written by a model trained on code
+    for stream in (False, True):
+        chunks = client.completions.create(
+            model=MODEL, prompt=CODE, max_tokens=24, temperature=0, stream=stream,
+            extra_body={"structured_outputs": {"regex": pattern}})
+        text = chunks.choices[0].text if not stream else "".join(
+            c.choices[0].text for c in chunks if c.choices)
+        assert re.fullmatch(pattern, text), text  # the budget keeps it closable
+
+
+def test_a_strict_tool_under_auto_leaves_text_free_and_refuses_a_format(client):
+    weather = {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}},
+        "required": ["city"], "additionalProperties": False}}
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+    def ask(strict, **extra):
+        return client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=12, temperature=0,
+            tools=[{"type": "function", "function": {**weather, "strict": strict}}],
+            tool_choice="auto", **extra)
+    free, held = ask(False), ask(True)  # held: calls would fit get_weather
+    assert held.choices[0].message.content == free.choices[0].message.content
+    assert held.choices[0].finish_reason == free.choices[0].finish_reason
+    with pytest.raises(openai.BadRequestError, match="strict tool"):
+        ask(True, response_format={"type": "json_object"})

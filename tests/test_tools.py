@@ -148,3 +148,71 @@ def test_arguments_that_are_not_strict_json_are_no_call():
 def test_a_call_whose_name_is_not_a_string_stays_content():
     block = '<tool_call>{"name": ["get_weather"], "arguments": {}}</tool_call>'
     assert parse_tool_calls(block, [WEATHER], "auto") == (block, [])
+
+
+# ---------------------------------------------------------------- strict tools under auto
+from llmcore.tools import ToolCallGrammar, strict_tools  # noqa: E402
+
+STRICT = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+
+
+def _read(grammar, text: str):
+    state = grammar.start
+    for b in text.encode():
+        state = grammar.step(state, b)
+        if state is None:
+            return "rejected"
+    return "whole" if grammar.is_complete(state) else "open"
+
+
+def test_strict_tools_hold_calls_and_leave_the_text_free():
+    assert strict_tools([STRICT, TIME], "auto") and not strict_tools([WEATHER], "auto")
+    assert not strict_tools([STRICT], "none") and not strict_tools([STRICT], "required")
+    grammar = ToolCallGrammar([STRICT, TIME])
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    for text, want in [("Sure, any text at all: {]\"", "whole"),
+                       ("Checking. " + call + "\n</tool_call> Done.", "whole"),
+                       (call, "open"),  # a call begun must end
+                       ('<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+                        "whole"),
+                       ('<tool_call>\n{"name": "get_weather", "arguments": {"city": 5}}',
+                        "rejected"),  # the argument's type
+                       ('<tool_call>\n{"name": "get_date"', "rejected"),  # no such tool
+                       (call + " </tool_call>", "whole"),  # some whitespace: Hermes'
+                       ('<tool_call>{"name": "get_weather", "arguments": {"city": 5}}',
+                        "rejected"),  # without the newlines, held all the same
+                       (call + "\n" * 5 + "</tool_call>", "rejected"),  # bounded
+                       (call + "</tool_calls>", "rejected"),
+                       ("<tool_<tool_call>\n{", "open"),  # found across a false start
+                       ("a <tool_cal", "whole")]:
+        assert _read(grammar, text) == want, text
+    assert grammar.bytes_to_close(grammar.start) == 0
+    state = grammar.start
+    for b in call.encode():
+        state = grammar.step(state, b)
+    assert grammar.bytes_to_close(state) == len("</tool_call>")  # the object is whole
+    with pytest.raises(ValueError, match="strict must be true or false"):
+        check_tools([{"type": "function", "function": {"name": "f", "strict": "yes"}}])
+
+
+def test_a_strict_call_under_auto_fits_even_when_the_model_errs():
+    import torch
+
+    from llmcore.constrained import JsonConstraint
+    from llmcore.generate import generate
+    from llmcore.pretrained import load_tokenizer
+    from llmcore.sampling import SamplingParams
+    from test_generate import ScriptedModel
+    tok = load_tokenizer("tiny")
+    wrong = ('Let me check. <tool_call>\n{"name": "get_weather", "arguments": '
+             '{"city": 5}}\n</tool_call>')
+    script = tok.encode(wrong) + [tok.special_tokens["<|endoftext|>"]]
+    constraint = JsonConstraint(tok, grammar=ToolCallGrammar([STRICT]))
+    torch.manual_seed(0)
+    reply = generate(ScriptedModel(script), tok, [1], SamplingParams(
+        temperature=0, max_tokens=200), constraint=constraint)
+    assert reply.text.startswith("Let me check. <tool_call>\n")  # free, then the call
+    content, calls = parse_tool_calls(reply.text, [STRICT], "auto")
+    assert content == "Let me check." and len(calls) == 1
+    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]),
+                        WEATHER["function"]["parameters"])  # 5 could not be written
