@@ -113,6 +113,7 @@ class ParsedRequest:
     regex: str | None = None       # structured_outputs regex: text matching it whole
     format_param: str = "response_format"  # the field that asked for the format
     strict_tools: bool = False     # "auto" with a strict tool: calls fit their schemas
+    responses: dict | None = None  # /v1/responses: the fields its Response echoes
 
 
 def parse_json(data: bytes, limits: Limits) -> Any:

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 
 from llmcore.api import (APIError, detokenize_reply, parse_chat, parse_completion,
                          tokenize_reply)
+from llmcore.responses_api import parse_response
 
 if TYPE_CHECKING:  # the server imports this module, not the other way round
     from llmcore.server import OpenAIServer
@@ -49,8 +50,9 @@ def build_app(server: OpenAIServer):
         if err.status_code == 404:
             return error(APIError(404, f"no route {request.url.path}; see "
                                        "GET /v1/models, POST /v1/completions, POST "
-                                       "/v1/chat/completions, POST /tokenize, POST "
-                                       "/detokenize", code="not_found"))
+                                       "/v1/chat/completions, POST /v1/responses, "
+                                       "POST /tokenize, POST /detokenize",
+                                       code="not_found"))
         return error(APIError(err.status_code, str(err.detail)))
 
     @app.exception_handler(RequestValidationError)
@@ -100,6 +102,16 @@ def build_app(server: OpenAIServer):
     @v1.post("/chat/completions")
     async def chat(request: HTTPRequest):
         return await respond(request, parse_chat)
+
+    @v1.post("/responses")
+    async def responses(request: HTTPRequest):
+        return await respond(request, parse_response)
+
+    @v1.api_route("/responses/{response_id:path}", methods=["GET", "POST", "DELETE"])
+    async def stored(response_id: str):  # retrieve, input_items, cancel, delete
+        raise APIError(404, f"no stored response {response_id!r}: this server is "
+                            "stateless and stores no responses (each reply carries "
+                            "its whole output)", code="not_found")
 
     app.include_router(v1)
 

@@ -45,6 +45,7 @@ from llmcore.metrics import Metrics
 from llmcore.model_runner import KVPool, ModelRunner, blocks_for_memory
 from llmcore.request import Request
 from llmcore.responses import ResponseWriter
+from llmcore.responses_api import ResponsesWriter
 from llmcore.routes import build_app
 from llmcore.tools import ToolCallGrammar
 
@@ -315,7 +316,8 @@ class OpenAIServer:
         if self._in_flight + jobs > self.max_in_flight:
             raise APIError(503, f"the server is at capacity ({self._in_flight} "
                                 "requests in flight); retry later")
-        prefix = "chatcmpl-" if parsed.kind == "chat.completion" else "cmpl-"
+        prefix = "resp_" if parsed.responses is not None else (
+            "chatcmpl-" if parsed.kind == "chat.completion" else "cmpl-")
         rid = prefix + (parsed.request_id or uuid.uuid4().hex)  # what the reply says
         events = _Events(asyncio.get_running_loop(), parsed.stream)
         # the engine's ids stay unique when two callers send one request_id
@@ -339,7 +341,8 @@ class OpenAIServer:
         except BaseException:
             self._release(ids, jobs)
             raise
-        reply = ResponseWriter(self, parsed, rid)
+        writer = ResponseWriter if parsed.responses is None else ResponsesWriter
+        reply = writer(self, parsed, rid)
         if parsed.stream:
             return reply.stream(events, early, ids, lambda: self._release(ids, jobs))
         try:

@@ -506,3 +506,20 @@ def test_structured_outputs_regex_with_the_real_model(smol_client):
     # the form is the constraint's; whether the date is right is the model's (a
     # 135M model's facts are loose)
     assert re.fullmatch(pattern, text) and reply.choices[0].finish_reason == "stop"
+
+
+def test_responses_create_and_parse_with_the_real_model(smol_client):
+    from pydantic import BaseModel
+
+    reply = smol_client.responses.create(model=NAME, input="What is the capital of "
+                                         "France?", temperature=0,
+                                         max_output_tokens=32)
+    assert reply.status == "completed" and "Paris" in reply.output_text
+
+    class Capital(BaseModel):
+        name: str
+        country: str
+    parsed = smol_client.responses.parse(
+        model=NAME, input="Name the capital of France and its country as JSON.",
+        temperature=0, max_output_tokens=48, text_format=Capital).output_parsed
+    assert parsed.name == "Paris"

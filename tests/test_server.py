@@ -1947,3 +1947,136 @@ def test_a_strict_tool_under_auto_leaves_text_free_and_refuses_a_format(client):
     assert held.choices[0].finish_reason == free.choices[0].finish_reason
     with pytest.raises(openai.BadRequestError, match="strict tool"):
         ask(True, response_format={"type": "json_object"})
+
+
+# --- /v1/responses: OpenAI's Responses API over the chat path --------------------------
+def test_responses_create_is_the_chat_request_it_amounts_to(client):
+    """input + instructions give the text chat gives system + user, greedy; the
+    stream's deltas join to it, its events are numbered, and its last event carries
+    the whole response."""
+    ask = dict(model=MODEL, temperature=0, max_output_tokens=12)
+    reply = client.responses.create(input=CODE, instructions="Write Python.", **ask)
+    chat = client.chat.completions.create(
+        model=MODEL, temperature=0, max_completion_tokens=12, messages=[
+            {"role": "system", "content": "Write Python."},
+            {"role": "user", "content": CODE}]).choices[0]
+    assert reply.object == "response" and reply.id.startswith("resp_")
+    assert reply.output_text == chat.message.content
+    assert chat.finish_reason == "length" and reply.status == "incomplete"
+    assert reply.incomplete_details.reason == "max_output_tokens"
+    assert reply.usage.output_tokens == 12 and reply.instructions == "Write Python."
+    assert reply.usage.total_tokens == reply.usage.input_tokens + 12
+    events = list(client.responses.create(input=CODE, instructions="Write Python.",
+                                          stream=True, **ask))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.incomplete"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == reply.output_text == events[-1].response.output_text
+    done = client.responses.create(input=CODE, extra_body={"stop": ["\n"]},
+                                   **{**ask, "max_output_tokens": 60})  # vLLM's
+    assert done.status == "completed" and "\n" not in done.output_text
+
+
+def test_responses_parse_returns_a_pydantic_object(client):
+    class City(pydantic.BaseModel):
+        name: str
+        unit: Literal["celsius", "fahrenheit"]
+
+    parsed = client.responses.parse(model=MODEL, input="Weather?", text_format=City,
+                                    max_output_tokens=80, temperature=0.7,
+                                    extra_body={"seed": 3})
+    assert isinstance(parsed.output_parsed, City)
+    assert parsed.text.format.type == "json_schema"
+
+
+def test_responses_function_calls_round_trip_as_chat_would(client):
+    """A function_call item per call; its output items sent back with a
+    function_call_output give the prompt chat builds from the same turns (the same
+    greedy reply)."""
+    params = WEATHER_TOOL["function"]["parameters"]
+    tools = [{"type": "function", "name": "get_weather", "parameters": params,
+              "strict": True}]
+    ask = "What is the weather in Paris?"
+    first = client.responses.create(model=MODEL, input=ask, tools=tools,
+                                    tool_choice="required", max_output_tokens=90,
+                                    temperature=0)
+    call = first.output[-1]
+    assert call.type == "function_call" and call.name == "get_weather"
+    jsonschema.validate(json.loads(call.arguments), params)
+    items = [{"role": "user", "content": ask}, *[o.model_dump(exclude_none=True)
+                                                for o in first.output],
+             {"type": "function_call_output", "call_id": call.call_id,
+              "output": "22 C"}]
+    second = client.responses.create(model=MODEL, input=items, tools=tools,
+                                     tool_choice="none", max_output_tokens=10,
+                                     temperature=0)
+    chat = client.chat.completions.create(
+        model=MODEL, max_completion_tokens=10, temperature=0, tool_choice="none",
+        tools=[{"type": "function", "function": {"name": "get_weather",
+                                                 "parameters": params,
+                                                 "strict": True}}],
+        messages=[{"role": "user", "content": ask}, {
+            "role": "assistant", "tool_calls": [{
+                "id": call.call_id, "type": "function", "function": {
+                    "name": call.name, "arguments": call.arguments}}]},
+            {"role": "tool", "tool_call_id": call.call_id, "content": "22 C"}])
+    assert second.output_text == chat.choices[0].message.content
+    streamed = list(client.responses.create(model=MODEL, input=ask, tools=tools,
+                                            tool_choice="required", stream=True,
+                                            max_output_tokens=90, temperature=0))
+    kinds = [e.type for e in streamed]
+    assert "response.function_call_arguments.done" in kinds
+    assert streamed[-1].type == "response.completed"
+    assert streamed[-1].response.output[-1].arguments == call.arguments
+
+
+def test_responses_logprobs_through_include(client):
+    reply = client.responses.create(model=MODEL, input=CODE, max_output_tokens=4,
+                                    temperature=0, top_logprobs=2,
+                                    include=["message.output_text.logprobs"])
+    logprobs = reply.output[0].content[0].logprobs
+    assert len(logprobs) == 4 and all(len(lp.top_logprobs) == 2 for lp in logprobs)
+    assert "".join(lp.token for lp in logprobs) == reply.output_text
+    assert all(lp.top_logprobs[0].logprob == lp.logprob for lp in logprobs)  # greedy
+
+
+@pytest.mark.parametrize("fields, param, says", [
+    ({"previous_response_id": "resp_1"}, "previous_response_id", "stateless"),
+    ({"conversation": "conv_1"}, "conversation", "stateless"),
+    ({"background": True}, "background", "stateless"),
+    ({"truncation": "auto"}, "truncation", "disabled"),
+    ({"reasoning": {"effort": "high"}}, "reasoning", "no reasoning"),
+    ({"max_output_tokens": 0}, "max_output_tokens", "'max_output_tokens' must be"),
+    ({"max_output_tokens": 10**6}, "max_output_tokens", "lower max_output_tokens"),
+    ({"input": []}, "input", "non-empty list"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image",
+                                              "image_url": "x"}]}]}, "input",
+     "text only"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input", "stateless"),
+    ({"input": [{"type": "function_call", "name": "f"}]}, "input", "call_id"),
+    ({"tools": [{"type": "web_search"}]}, "tools", "only function tools"),
+    ({"tools": [{"type": "function", "name": "a b"}]}, "tools", "tools[0].name"),
+    ({"tool_choice": {"type": "allowed_tools"}}, "tool_choice", "\"required\""),
+    ({"text": {"format": {"type": "json_schema", "name": "e", "schema": {
+        "type": "string", "format": "nonsense"}}}}, "text.format", "text.format"),
+    ({"include": ["reasoning.encrypted_content"]}, "include", "logprobs"),
+    ({"messages": []}, "messages", "unrecognized"),
+])
+def test_responses_refusals_name_the_field_as_sent(raw, fields, param, says):
+    answer = raw.post("/v1/responses", json={"model": MODEL, "input": "hi", **fields})
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["param"] == param
+    assert says in error["message"], error["message"]
+
+
+def test_no_response_is_stored(client, raw):
+    with pytest.raises(openai.NotFoundError, match="stateless"):
+        client.responses.retrieve("resp_0")
+    assert raw.delete("/v1/responses/resp_0").status_code == 404
+    reply = client.responses.create(model=MODEL, input="x", max_output_tokens=1,
+                                    store=True)
+    assert reply.store is False  # accepted with no effect, and the reply says so
