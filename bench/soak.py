@@ -112,9 +112,9 @@ BAD_INPUTS = [
     ("json_schema without a name", "completions",
      {"response_format": {"type": "json_schema", "json_schema": {}}},
      '"name": a string'),
-    ("json_schema with a pattern", "chat",
+    ("json_schema with allOf", "chat",
      {"response_format": {"type": "json_schema", "json_schema": {
-         "name": "x", "schema": {"type": "string", "pattern": "a"}}}}, "'pattern'"),
+         "name": "x", "schema": {"allOf": [{"type": "string"}]}}}}, "'allOf'"),
     ("tool_choice required without tools", "chat", {"tool_choice": "required"},
      "needs 'tools'"),
     ("streamed, min_tokens > max_tokens", "completions",

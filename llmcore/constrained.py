@@ -476,11 +476,46 @@ _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schem
                           "$id", "$comment", "deprecated", "readOnly", "writeOnly",
                           "$defs", "definitions"})
 _TYPE_KEYWORDS = {  # the keywords each type may carry, besides the annotations
-    "object": {"properties", "required", "additionalProperties"},
-    "array": {"items", "minItems", "maxItems"},
-    "string": {"minLength", "maxLength"},
-    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "object": {"properties", "required", "additionalProperties", "minProperties",
+               "maxProperties"},
+    "array": {"items", "minItems", "maxItems", "uniqueItems"},
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                "multipleOf"},
     "number": set(), "boolean": set(), "null": set(),
+}
+_SUPPORTED = ("type, properties, required, additionalProperties false, "
+              "min/maxProperties, items, minItems, maxItems, enum, const, anyOf, "
+              "oneOf, "
+              "$ref/$defs, minLength, maxLength, pattern, format, integer bounds and "
+              "multipleOf")
+# The `format`s of OpenAI's strict mode, as the regular expressions XGrammar compiles
+# them to (its table, with the email's quoted local part written as the string's
+# value: a JSON string escapes its quotes and backslashes itself).
+_ATEXT = r"[\w!#$%&'*+/=?^`{|}~-]"
+_BYTE = r"(25[0-5]|2[0-4]\d|[0-1]?\d?\d)"
+_H4, _V4 = "[0-9a-fA-F]{1,4}", r"((25[0-5]|(2[0-4]|1{0,1}[0-9]){0,1}[0-9])\.){3,3}" \
+    "(25[0-5]|(2[0-4]|1{0,1}[0-9]){0,1}[0-9])"
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"
+_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[1-2]\d|3[01])"
+FORMATS = {
+    "date-time": _DATE + "T" + _TIME, "time": _TIME, "date": _DATE,
+    "duration": r"P((\d+D|\d+M(\d+D)?|\d+Y(\d+M(\d+D)?)?)(T(\d+S|\d+M(\d+S)?|"
+                r"\d+H(\d+M(\d+S)?)?))?|T(\d+S|\d+M(\d+S)?|\d+H(\d+M(\d+S)?)?)|"
+                r"\d+W)",
+    "email": "(" + _ATEXT + r"+(\." + _ATEXT + r'+)*|"(\\[\x20-\x7E]|[\x20\x21'
+             r'\x23-\x5B\x5D-\x7E])*")@([A-Za-z0-9]([\-A-Za-z0-9]*[A-Za-z0-9])?)((\.'
+             r"[A-Za-z0-9][\-A-Za-z0-9]*[A-Za-z0-9])*)",
+    "hostname": r"([a-z0-9]([a-z0-9-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*",
+    "ipv4": f"({_BYTE}\\.){{3}}{_BYTE}",
+    "ipv6": "|".join([
+        f"({_H4}:){{7,7}}{_H4}", f"({_H4}:){{1,7}}:", f"({_H4}:){{1,6}}:{_H4}",
+        f"({_H4}:){{1,5}}(:{_H4}){{1,2}}", f"({_H4}:){{1,4}}(:{_H4}){{1,3}}",
+        f"({_H4}:){{1,3}}(:{_H4}){{1,4}}", f"({_H4}:){{1,2}}(:{_H4}){{1,5}}",
+        f"{_H4}:((:{_H4}){{1,6}})", f":((:{_H4}){{1,7}}|:)",
+        f"::(ffff(:0{{1,4}}){{0,1}}:){{0,1}}{_V4}", f"({_H4}:){{1,4}}:{_V4}"]),
+    "uuid": "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+            "[0-9A-Fa-f]{12}",
 }
 
 
@@ -502,9 +537,10 @@ class CompiledSchema:
         self.root_schema, self.nodes = schema, []
         self._refs: dict[str, int] = {}
         self._keys: dict[bytes, int] = {}
+        self._regexes: dict = {}  # pattern -> RegexGrammar (defined further below)
         self.any = self._node(("anyof", ()))  # filled in below: any JSON value
-        self._any_object = self._node(("object", (), (), self.any))
-        self._key_string = self._node(("string", 0, None))
+        self._any_object = self._node(("object", (), (), self.any, 0, None))
+        self._key_string = self._node(("string", 0, None, None))
         self.nodes[self.any] = ("anyof", (
             self._key_string, self._node(("number",)), self._any_object,
             self._node(("array", self.any, 0, None)),
@@ -523,14 +559,17 @@ class CompiledSchema:
         return len(self.nodes) - 1
 
     def _literal(self, values: list) -> int:
+        """enum and const: any JSON values, each written in one compact form (no
+        whitespace, as XGrammar writes them: {"a":[1,2]})."""
         encoded = []
         for value in values:
-            if isinstance(value, (dict, list)):
-                raise SchemaError("enum and const take strings, numbers, booleans and "
-                                  f"null, not {json.dumps(value)}", "enum")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise SchemaError(f"{value} has no JSON form", "enum")
-            encoded.append(json.dumps(value, ensure_ascii=False).encode())
+            try:
+                text = json.dumps(value, ensure_ascii=False, allow_nan=False,
+                                  separators=(",", ":"))
+            except (ValueError, TypeError):
+                raise SchemaError(f"enum and const: {value!r:.40} has no JSON form",
+                                  "enum") from None
+            encoded.append(text.encode())
         if not encoded:
             raise SchemaError("enum must list at least one value", "enum")
         return self._node(("literal", tuple(dict.fromkeys(encoded))))
@@ -545,25 +584,25 @@ class CompiledSchema:
                               f"{json.dumps(schema)}", "schema")
         if "$ref" in schema:
             return self._ref(schema, path)
-        for key in ("oneOf", "allOf", "not", "if", "pattern", "format",
-                    "prefixItems", "patternProperties", "minProperties",
-                    "maxProperties", "uniqueItems", "contains", "multipleOf"):
+        for key in ("allOf", "not", "if", "prefixItems", "patternProperties",
+                    "contains", "dependentRequired", "propertyNames"):
             if key in schema:
-                raise SchemaError(
-                    f"{path}: '{key}' is not supported (supported: type, properties, "
-                    "required, additionalProperties false, items, minItems, maxItems, "
-                    "enum, const, anyOf, $ref/$defs, minLength, maxLength, and integer "
-                    "bounds)", key)
-        if "anyOf" in schema:
-            options = schema["anyOf"]
+                raise SchemaError(f"{path}: '{key}' is not supported (supported: "
+                                  f"{_SUPPORTED})", key)
+        # oneOf is read as anyOf: a document may fit several branches, which a
+        # grammar cannot exclude (XGrammar reads it so too); give disjoint branches
+        for key in ("anyOf", "oneOf"):
+            if key not in schema:
+                continue
+            options = schema[key]
             if not isinstance(options, list) or not options:
-                raise SchemaError(f"{path}: anyOf must be a non-empty list", "anyOf")
+                raise SchemaError(f"{path}: {key} must be a non-empty list", key)
             rest = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
-            if set(rest) != {"anyOf"}:
-                raise SchemaError(f"{path}: anyOf cannot be combined with "
-                                  f"{sorted(set(rest) - {'anyOf'})}", "anyOf")
+            if set(rest) != {key}:
+                raise SchemaError(f"{path}: {key} cannot be combined with "
+                                  f"{sorted(set(rest) - {key})}", key)
             return self._node(("anyof", tuple(
-                self._compile(s, f"{path}/anyOf/{i}") for i, s in enumerate(options))))
+                self._compile(s, f"{path}/{key}/{i}") for i, s in enumerate(options))))
         if "const" in schema:
             return self._literal([schema["const"]])
         if "enum" in schema:
@@ -588,6 +627,10 @@ class CompiledSchema:
                 f"{path}: '{key}' is not supported on type {kind} (supported there: "
                 f"{sorted(_TYPE_KEYWORDS[kind]) or 'none'}; bounds are enforced on "
                 "integers only): drop it and check the parsed value instead", key)
+        if schema.get("uniqueItems") not in (None, False):
+            raise SchemaError(f"{path}: uniqueItems true cannot be enforced: a grammar "
+                              "does not remember the items it has written; drop it and "
+                              "check the parsed array", "uniqueItems")
         return getattr(self, f"_compile_{kind}")(schema, path)
 
     def _ref(self, schema: dict, path: str) -> int:
@@ -627,12 +670,21 @@ class CompiledSchema:
         if props and extra is not False:
             raise SchemaError(f"{path}: with properties, additionalProperties must be "
                               "false (strict mode)", "additionalProperties")
+        low = self._count(schema, "minProperties", path) or 0
+        high = self._count(schema, "maxProperties", path)
+        if high is not None and high < low or props and low > len(props):
+            raise SchemaError(f"{path}: minProperties {low} cannot be met "
+                              f"(maxProperties {high}, {len(props)} properties)",
+                              "minProperties")
         if not props:
             if extra is False:
-                return self._node(("object", (), (), None))  # only {}
+                if low:
+                    raise SchemaError(f"{path}: minProperties {low} with no property "
+                                      "allowed", "minProperties")
+                return self._node(("object", (), (), None, 0, None))  # only {}
             value = self.any if extra is True else self._compile(
                 extra, f"{path}/additionalProperties")
-            return self._node(("object", (), (), value))
+            return self._node(("object", (), (), value, low, high))
         members = []
         for name, sub in props.items():
             key = json.dumps(name, ensure_ascii=False).encode()
@@ -641,7 +693,10 @@ class CompiledSchema:
             members.append((self._keys[key],
                             self._compile(sub, f"{path}/properties/{name}")))
         flags = tuple(name in required for name in props)
-        return self._node(("object", tuple(members), flags, None))
+        if high is not None and sum(flags) > high:
+            raise SchemaError(f"{path}: maxProperties {high} is below the {sum(flags)} "
+                              "required properties", "maxProperties")
+        return self._node(("object", tuple(members), flags, None, low, high))
 
     def _compile_array(self, schema: dict, path: str) -> int:
         low = self._count(schema, "minItems", path) or 0
@@ -657,7 +712,30 @@ class CompiledSchema:
         if high is not None and high < low:
             raise SchemaError(f"{path}: maxLength {high} < minLength {low}",
                               "maxLength")
-        return self._node(("string", low, high))
+        return self._node(("string", low, high, self._pattern(schema, path)))
+
+    def _pattern(self, schema: dict, path: str):
+        """pattern or format as a RegexGrammar over the string's value (its
+        characters, not their JSON escapes), matched whole: as XGrammar reads it
+        (JSON Schema's pattern may match anywhere; a whole match also matches)."""
+        if "pattern" in schema and "format" in schema:
+            raise SchemaError(f"{path}: pattern and format together are not "
+                              "supported; give one", "format")
+        pattern = schema.get("pattern")
+        if "format" in schema:
+            pattern = FORMATS.get(schema["format"])
+            if pattern is None:
+                raise SchemaError(f"{path}: format {json.dumps(schema['format'])} is "
+                                  f"not supported (supported: {', '.join(FORMATS)})",
+                                  "format")
+        if pattern is None:
+            return None
+        if pattern not in self._regexes:
+            try:
+                self._regexes[pattern] = RegexGrammar(pattern, json_string=True)
+            except RegexError as err:
+                raise SchemaError(f"{path}: {err}", "pattern") from None
+        return self._regexes[pattern]
 
     def _compile_integer(self, schema: dict, path: str) -> int:
         bound = {"minimum": math.ceil, "exclusiveMinimum": lambda v: math.floor(v) + 1,
@@ -676,7 +754,16 @@ class CompiledSchema:
         if low is not None and high is not None and low > high:
             raise SchemaError(f"{path}: maximum {high} < minimum {low}: no integer "
                               "lies between them", "maximum")
-        return self._node(("integer", low, high))
+        step = schema.get("multipleOf")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                 or step < 1):
+            raise SchemaError(f"{path}: multipleOf on an integer must be an int >= 1, "
+                              f"got {json.dumps(step)}", "multipleOf")
+        step = None if step == 1 else step
+        if step and None not in (low, high) and -(-low // step) * step > high:
+            raise SchemaError(f"{path}: no multipleOf {step} lies in [{low}, {high}]",
+                              "multipleOf")
+        return self._node(("integer", low, high, step))
 
     def _compile_number(self, schema: dict, path: str) -> int:
         return self._node(("number",))
@@ -718,31 +805,39 @@ class CompiledSchema:
             return min((best[n] for n in node[1]), default=math.inf)
         if kind == "literal":
             return min(map(len, node[1]))
-        if kind == "string":
-            return 2 + node[1]
+        if kind == "string":  # (a pattern's shortest match, its escapes not counted)
+            regex = node[3]
+            shortest = 0 if regex is None else regex.bytes_to_close(regex.start)
+            return 2 + max(node[1], shortest)
         if kind == "number":
             return 1
         if kind == "integer":
-            low, high = node[1], node[2]
-            if (low is None or low <= 0) and (high is None or high >= 0):
-                return 1
-            return len(str(low)) if low is not None and low > 0 else len(str(high))
+            return len(str(_nearest_zero(*node[1:])))
         if kind == "object":
-            return 1 + self._rest_of_object(node, -1, True, best) + 1
+            return 1 + self._rest_of_object(node, -1, 0, best) + 1
         item, low = node[1], node[2]  # array: "[" items "]"
         return 2 + (low * best[item] + low - 1 if low else 0)
 
-    def _rest_of_object(self, node: tuple, last: int, first: bool, best) -> float:
-        """Bytes of the required members after member `last` (a comma before each
-        but the first when `first`)."""
-        members, flags = node[1], node[2]
-        total, needed = 0, 0
-        for k in range(last + 1, len(members)):
-            if flags[k]:
-                key, value = members[k]
-                total += best[key] + 1 + best[value]
-                needed += 1
-        return total + needed - (1 if first and needed else 0)
+    def _rest_of_object(self, node: tuple, last: int, count: int, best) -> float:
+        """Bytes of the fewest members that may follow member `last` when `count`
+        are written: the required ones, and the cheapest optional ones that
+        minProperties still asks for (a comma before each but a first member)."""
+        _, members, flags, extra, low, _ = node
+        if extra is not None:                        # any keys: minProperties of them
+            each = best[self._key_string] + 1 + best[extra]
+            need = max(0, low - count)
+            return need * (each + 1) - (1 if need and not count else 0)
+        costs = [best[members[k][0]] + 1 + best[members[k][1]]
+                 for k in range(last + 1, len(members))]
+        required = [c for c, k in zip(costs, range(last + 1, len(members)))
+                    if flags[k]]
+        optional = sorted(c for c, k in zip(costs, range(last + 1, len(members)))
+                          if not flags[k])
+        more = max(0, low - count - len(required))
+        if more > len(optional):
+            return math.inf
+        chosen = required + optional[:more]
+        return sum(chosen) + len(chosen) - (1 if chosen and last < 0 else 0)
 
 
 # %% chapters/07_sampling.ipynb § JSON Schema: the right JSON, not just valid JSON
@@ -780,21 +875,53 @@ def _span(text: str, extra: int) -> tuple[int, int] | None:
     return (-high, -low) if neg else (low, high)
 
 
-def int_digits_to_close(text: str, lo: int | None, hi: int | None) -> int | None:
+def int_digits_to_close(text: str, lo: int | None, hi: int | None,
+                        step: int | None = None) -> int | None:
     """The fewest digits to append to `text` to write an integer in [lo, hi] (0 if
-    `text` is one), or None if no integer in range begins with `text`."""
+    `text` is one), a multiple of `step` if given, or None if no such integer
+    begins with `text`."""
     for extra in range(40):  # 40 digits: beyond any bound a JSON Schema carries
         span = _span(text, extra)
-        if span and (lo is None or span[1] >= lo) and (hi is None or span[0] <= hi):
+        if span is None:
+            continue
+        a, b = max(span[0], span[0] if lo is None else lo), min(
+            span[1], span[1] if hi is None else hi)
+        if a <= b and (step is None or -(-a // step) * step <= b):
             return extra
     return None
 
 
-def int_prefix(text: str, lo: int | None, hi: int | None) -> tuple[bool, bool]:
-    """(viable, whole): whether some integer in [lo, hi] is written starting with
-    `text` (no leading zeros, no "-0"), and whether `text` is such an integer."""
-    close = int_digits_to_close(text, lo, hi)
+def int_prefix(text: str, lo: int | None, hi: int | None,
+               step: int | None = None) -> tuple[bool, bool]:
+    """(viable, whole): whether some integer in [lo, hi] (a multiple of `step`) is
+    written starting with `text` (no leading zeros, no "-0"), and whether `text`
+    is such an integer."""
+    close = int_digits_to_close(text, lo, hi, step)
     return close is not None, close == 0
+
+
+def _nearest_zero(lo: int | None, hi: int | None, step: int | None) -> int:
+    """The integer in [lo, hi] (a multiple of step) nearest to 0: the shortest."""
+    step = step or 1
+    if lo is not None and lo > 0:
+        return -(-lo // step) * step
+    if hi is not None and hi < 0:
+        return hi // step * step
+    return 0
+
+
+_ESCAPES = {ord(k): v.encode() for k, v in {'"': '"', "\\": "\\", "/": "/", "b": "\b",
+                                           "f": "\f", "n": "\n", "r": "\r",
+                                           "t": "\t"}.items()}
+
+
+def _feed(regex, state, data: bytes):
+    """A RegexGrammar's state after the bytes of one character, or None."""
+    for b in data:
+        state = regex.step(state, b)
+        if state is None:
+            return None
+    return state
 
 
 class SchemaGrammar(CompiledSchema):
@@ -838,6 +965,8 @@ class SchemaGrammar(CompiledSchema):
             self._begin(rest, top[1], b, out)
         elif kind in "SEU":
             self._string(top, rest, b, out)
+        elif kind in "PQX":
+            self._pattern_string(top, rest, b, out)
         elif kind == "L":                            # ("L", node, bytes so far)
             literals, sofar = self.nodes[top[1]][1], top[2] + bytes([b])
             if any(literal.startswith(sofar) for literal in literals):
@@ -851,11 +980,11 @@ class SchemaGrammar(CompiledSchema):
             if top[1] in _NUMBER_END:
                 self._step(rest, b, out)
         elif kind == "I":                            # ("I", node, digits so far)
-            _, low, high = self.nodes[top[1]]
+            bounds = self.nodes[top[1]][1:]
             text = top[2] + chr(b)
-            if b in _DIGITS and int_prefix(text, low, high)[0]:
+            if b in _DIGITS and int_prefix(text, *bounds)[0]:
                 out.append(rest + (("I", top[1], self._digits(top[1], text)),))
-            if int_prefix(top[2], low, high)[1]:
+            if int_prefix(top[2], *bounds)[1]:
                 self._step(rest, b, out)
         elif kind == "O":
             self._object(top, rest, b, out)
@@ -864,12 +993,16 @@ class SchemaGrammar(CompiledSchema):
 
     def _digits(self, n: int, text: str) -> str:
         """The digits an integer frame keeps: all of them if the node has bounds,
-        else only the sign and whether it began with 0 (all the rest can be)."""
-        if self.nodes[n][1] is not None or self.nodes[n][2] is not None:
+        else only the sign and whether it began with 0 (all the rest can be), and
+        with multipleOf the remainder, as the digits of step + remainder."""
+        _, low, high, step = self.nodes[n]
+        if low is not None or high is not None:
             return text
         sign = "-" if text.startswith("-") else ""
         first = text[len(sign):len(sign) + 1]  # "", "0", or a digit 1-9 (kept as 1)
-        return sign + (first if first in ("", "0") else "1")
+        if first in ("", "0"):
+            return sign + first
+        return sign + (str(step + int(text[len(sign):]) % step) if step else "1")
 
     def _begin(self, rest: tuple, n: int, b: int, out: list) -> None:
         """Byte `b` begins a value of node `n`; `rest` is what follows the value."""
@@ -882,7 +1015,9 @@ class SchemaGrammar(CompiledSchema):
                 self._begin(rest, option, b, out)
         elif kind == "string":
             if b == ord('"'):
-                out.append(rest + (("S", n, (), 0),))
+                regex = node[3]
+                out.append(rest + ((("S", n, (), 0),) if regex is None
+                                   else (("P", n, regex.start, 0),)))
         elif kind == "literal":
             if any(literal[0] == b for literal in node[1]):
                 out.append(rest + (("L", n, bytes([b])),))
@@ -896,7 +1031,7 @@ class SchemaGrammar(CompiledSchema):
                 out.append(rest + (("I", n, self._digits(n, chr(b))),))
         elif kind == "object":
             if b == ord("{"):
-                out.append(rest + (("O", n, "open", -1), ("W", 0)))
+                out.append(rest + (("O", n, "open", -1, 0), ("W", 0)))
         elif b == ord("["):
             out.append(rest + (("A", n, "open", 0), ("W", 0)))
 
@@ -904,7 +1039,7 @@ class SchemaGrammar(CompiledSchema):
         # ("S", node, pending UTF-8, characters), ("E", node, characters) after a
         # backslash, ("U", node, characters, hex digits left) in \uXXXX
         kind, n, count = top[0], top[1], top[-1] if top[0] != "U" else top[2]
-        _, low, high = self.nodes[n]
+        _, low, high, _ = self.nodes[n]
         cap = low if high is None else high          # counting further changes nothing
         if kind == "E":
             if b in b'"\\/bfnrt':
@@ -931,6 +1066,55 @@ class SchemaGrammar(CompiledSchema):
                     out.append(rest + (("S", n, after,
                                         min(count + (not after), cap)),))
 
+    def _pattern_string(self, top: tuple, rest: tuple, b: int, out: list) -> None:
+        # ("P", node, regex state, characters), ("Q", ...) after a backslash, ("X",
+        # node, regex state, characters, hex digits so far) in \uXXXX: the regex
+        # reads the characters of the value, an escape as the character it writes
+        # (\" as ", \u00e9 as é; a surrogate pair is not read here)
+        kind, n, state, count = top[:4]
+        _, low, high, regex = self.nodes[n]
+        cap = low if high is None else high
+        more = high is None or count < high
+        if kind == "Q":
+            char = _ESCAPES.get(b)
+            if char is not None:
+                after = _feed(regex, state, char)
+                if after is not None:
+                    out.append(rest + (("P", n, after, min(count + 1, cap)),))
+            elif b == ord("u") and regex.takes(state, 0, 0xFFFF):
+                out.append(rest + (("X", n, state, count, ""),))
+        elif kind == "X":
+            if b not in _HEX:
+                return
+            digits = top[4] + chr(b)
+            if len(digits) < 4:  # some character these digits begin may follow
+                width = 16 ** (4 - len(digits))
+                lo = int(digits, 16) * width
+                hi = min(lo + width - 1, 0xFFFF)
+                if regex.takes(state, lo, hi):
+                    out.append(rest + (("X", n, state, count, digits),))
+                return
+            cp = int(digits, 16)
+            if not 0xD800 <= cp <= 0xDFFF:
+                after = _feed(regex, state, chr(cp).encode())
+                if after is not None:
+                    out.append(rest + (("P", n, after, min(count + 1, cap)),))
+        elif state[1]:                               # inside a multi-byte character
+            after = regex.step(state, b)
+            if after is not None:
+                out.append(rest + (("P", n, after, min(count + (not after[1]), cap)),))
+        elif b == ord('"'):
+            if count >= low and regex.is_complete(state):
+                out.append(rest)
+        elif b == ord("\\"):  # only if some escape may follow
+            if more and (regex.takes(state, 0, 0xFFFF) or any(
+                    _feed(regex, state, char) for char in _ESCAPES.values())):
+                out.append(rest + (("Q", n, state, count),))
+        elif b >= 0x20 and more:
+            after = regex.step(state, b)
+            if after is not None:
+                out.append(rest + (("P", n, after, min(count + (not after[1]), cap)),))
+
     def _next_members(self, flags: tuple, last: int) -> list[int]:
         """The members that may come after member `last`: the following ones, up to
         and including the first required one (properties keep the schema's order)."""
@@ -941,28 +1125,44 @@ class SchemaGrammar(CompiledSchema):
                 break
         return found
 
+    def _members(self, node: tuple, last: int, count: int) -> list[int]:
+        """The members that may be written next, with `count` written: those
+        _next_members allows, less any after which minProperties could no longer be
+        met or maxProperties would be passed."""
+        _, _, flags, _, low, high = node
+        if high is not None and count >= high:
+            return []
+        return [k for k in self._next_members(flags, last)
+                if count + len(flags) - k >= low  # k and every member after it
+                and (high is None or count + 1 + sum(flags[k + 1:]) <= high)]
+
     def _object(self, top: tuple, rest: tuple, b: int, out: list) -> None:
-        # ("O", node, phase, last member written); phases: "open" after "{", "next"
-        # after ",", "colon" after a key, "after" after a value
-        _, n, phase, last = top
-        _, members, flags, extra = self.nodes[n]
+        # ("O", node, phase, last member written, members written); phases: "open"
+        # after "{", "next" after ",", "colon" after a key, "after" after a value.
+        # The count stays 0 unless minProperties or maxProperties asks for it.
+        _, n, phase, last, count = top
+        node = self.nodes[n]
+        _, members, flags, extra, low, high = node
+        counted = low > 0 or high is not None
+        more = count + counted  # the count once one more member is written
         if phase in ("open", "next") and b == ord('"'):
-            if extra is not None:                    # any key, then an `extra` value
-                out.append(rest + (("O", n, "colon", -1), ("W", 0),
+            if extra is not None and (high is None or count < high):
+                out.append(rest + (("O", n, "colon", -1, more), ("W", 0),
                                    ("S", self._key_string, (), 0)))
-            for k in [] if extra is not None else self._next_members(flags, last):
-                out.append(rest + (("O", n, "colon", k), ("W", 0),
+            for k in [] if extra is not None else self._members(node, last, count):
+                out.append(rest + (("O", n, "colon", k, more), ("W", 0),
                                    ("L", members[k][0], b'"')))
         elif phase == "colon" and b == ord(":"):
             value = extra if extra is not None else members[last][1]
-            out.append(rest + (("O", n, "after", last), ("W", 0), ("V", value),
-                               ("W", 0)))
+            out.append(rest + (("O", n, "after", last, count), ("W", 0),
+                               ("V", value), ("W", 0)))
         elif b == ord("}") and phase in ("open", "after"):
-            if extra is not None or not any(flags[last + 1:]):
+            if count >= low and (extra is not None or not any(flags[last + 1:])):
                 out.append(rest)
         elif b == ord(",") and phase == "after":
-            if extra is not None or self._next_members(flags, last):
-                out.append(rest + (("O", n, "next", last), ("W", 0)))
+            if (high is None or count < high) if extra is not None else (
+                    self._members(node, last, count)):
+                out.append(rest + (("O", n, "next", last, count), ("W", 0)))
 
     def _array(self, top: tuple, rest: tuple, b: int, out: list) -> None:
         # ("A", node, phase, items written); phases "open", "next", "after"
@@ -998,7 +1198,7 @@ class SchemaGrammar(CompiledSchema):
         while stack:
             top, stack = stack[-1], stack[:-1]
             kind = top[0]
-            if kind in "SEU":
+            if kind in "SEUPQX":
                 return None
             if kind == "V":
                 return found | self._first(top[1])
@@ -1078,6 +1278,8 @@ class SchemaGrammar(CompiledSchema):
             return 0
         if kind == "V":
             return best[frame[1]]
+        if kind in "PQX":
+            return self._pattern_close(frame)
         if kind in "SEU":
             low = self.nodes[frame[1]][1]
             count = frame[2] if kind == "U" else frame[-1]
@@ -1101,22 +1303,42 @@ class SchemaGrammar(CompiledSchema):
             if frame[2] == "next":
                 return best[item] + max(0, low - count - 1) * each + 1
             return max(0, low - count) * each + 1
-        node, phase, last = self.nodes[frame[1]], frame[2], frame[3]
+        node, (phase, last, count) = self.nodes[frame[1]], frame[2:]
+        rest = self._rest_of_object(node, last, count, best) + 1  # and the "}"
         if node[3] is not None:                      # any keys
             value = best[node[3]]
-            return {"open": 1, "next": 3 + value + 1, "colon": 1 + value + 1,
-                    "after": 1}[phase]
+            if phase == "next":  # a key, ":", a value; then the rest, counted on
+                return 3 + value + self._rest_of_object(node, -1, count + 1, best) + 1
+            return rest + (1 + value if phase == "colon" else 0)
         members = node[1]
-        if phase == "open":
-            return self._rest_of_object(node, -1, True, best) + 1
+        if phase in ("open", "after"):
+            return rest
         if phase == "next":
-            return min(best[members[k][0]] + 1 + best[members[k][1]]
-                       + self._rest_of_object(node, k, False, best)
-                       for k in self._next_members(node[2], last)) + 1
-        if phase == "colon":
-            return (1 + best[members[last][1]]
-                    + self._rest_of_object(node, last, False, best) + 1)
-        return self._rest_of_object(node, last, False, best) + 1
+            more = count + (node[4] > 0 or node[5] is not None)
+            return min((best[members[k][0]] + 1 + best[members[k][1]]
+                        + self._rest_of_object(node, k, more, best)
+                        for k in self._members(node, last, count)),
+                       default=math.inf) + 1
+        return 1 + best[members[last][1]] + rest  # "colon"
+
+    def _pattern_close(self, frame: tuple) -> float:
+        """A pattern string's bytes to its closing quote: exact between characters
+        (the regex counts each as JSON writes it); inside an escape a lower bound."""
+        kind, n, state, count = frame[:4]
+        low, regex = self.nodes[n][1], self.nodes[n][3]
+        chars = max(0, low - count)  # minLength: at least a byte per character
+        if kind == "P":
+            return max(regex.bytes_to_close(state), chars) + 1
+        if kind == "Q":  # one of \n, \", ... or a \uXXXX, then the rest
+            after = [1 + regex.bytes_to_close(a) for a in (
+                _feed(regex, state, c) for c in _ESCAPES.values()) if a is not None]
+            close = min(after + [5 + regex.close_after(state, 0, 0xFFFF)])
+            return max(close, chars) + 1
+        digits = frame[4]
+        width = 16 ** (4 - len(digits))
+        lo = int(digits, 16) * width if digits else 0
+        close = 4 - len(digits) + regex.close_after(state, lo, lo + width - 1)
+        return max(close, chars) + 1
 
     # -- the fast path for text inside a string ----------------------------------------
     def free_text(self, state: frozenset):
@@ -1126,7 +1348,8 @@ class SchemaGrammar(CompiledSchema):
         keys = set()
         for stack in state:
             top = stack[-1] if stack else None
-            if top is None or top[0] != "S" or self.nodes[top[1]][1:] != (0, None):
+            if top is None or top[0] != "S" or self.nodes[top[1]][1:] != (
+                    0, None, None):
                 return None
             keys.add(top[2])
         return keys.pop() if len(keys) == 1 else None
@@ -1402,19 +1625,34 @@ def _prefix_span(pending: bytes) -> tuple[int, int, int]:
     return max(lo, least), min(hi, MAX_CODE_POINT), rest
 
 
+def _json_length(ranges: tuple) -> int:
+    """The fewest bytes a character of `ranges` takes inside a JSON string: 1 for
+    printable ASCII, 2 for a quote, a backslash or \\n-style escape, 6 for \\uXXXX."""
+    def inside(lo: int, hi: int) -> bool:
+        return any(a <= hi and lo <= b for a, b in ranges)
+    if inside(0x20, 0x21) or inside(0x23, 0x5B) or inside(0x5D, 0x7E):
+        return 1
+    if any(inside(c, c) for c in b'"\\\b\f\n\r\t'):
+        return 2
+    low = min(a for a, _ in ranges)
+    return 6 if low < 0x20 else _utf8_length(max(low, 0x7F))
+
+
 class RegexGrammar:
     """Text that matches `pattern` whole (vLLM's structured outputs `regex`): the
     pattern compiled to an automaton over characters (Thompson's construction), read
     a byte at a time with the UTF-8 bytes of an unfinished character pending. A
     state is (automaton states, pending bytes); a byte is refused as soon as no
-    character it could begin leads on to a match."""
+    character it could begin leads on to a match. json_string: bytes_to_close
+    counts each character as written inside a JSON string (\\" is two bytes), for a
+    JSON Schema's pattern."""
 
     MAX_STATES = 20_000  # {m,n} copies its operand: a bound on the automaton's size
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, json_string: bool = False):
         if not isinstance(pattern, str):
             raise RegexError(f"a pattern must be a string, got {pattern!r:.40}")
-        self.pattern = pattern
+        self.pattern, self.json_string = pattern, json_string
         self.moves: list[list[tuple[tuple, int]]] = []  # state -> (ranges, target)
         self.empty: list[list[int]] = []                # state -> epsilon targets
         start, accept = self._build(_Parser(pattern).parse())
@@ -1492,7 +1730,8 @@ class RegexGrammar:
             for t in self.empty[s]:
                 back[t].append((s, 0))
             for ranges, t in self.moves[s]:
-                back[t].append((s, _utf8_length(ranges[0][0])))
+                back[t].append((s, _json_length(ranges) if self.json_string
+                                else _utf8_length(ranges[0][0])))
         dist = [math.inf] * len(self.moves)
         dist[self.accept], heap = 0, [(0, self.accept)]
         while heap:
@@ -1538,6 +1777,15 @@ class RegexGrammar:
     def is_complete(self, state: tuple | None) -> bool:
         return state is not None and not state[1] and self.accept in state[0]
 
+    def takes(self, state: tuple, lo: int, hi: int) -> bool:
+        """Whether some character in [lo, hi] may come next (none pending)."""
+        return next(self._targets(state[0], lo, hi), None) is not None
+
+    def close_after(self, state: tuple, lo: int, hi: int) -> float:
+        """bytes_to_close once some character in [lo, hi] is read (none pending)."""
+        return min((self.dist[t] for t in self._targets(state[0], lo, hi)),
+                   default=math.inf)
+
     def goes_on(self, state: tuple) -> bool:
         """Whether some byte may follow (a complete `a+` may still grow)."""
         return state[1] != b"" or next(
@@ -1566,6 +1814,6 @@ class RegexGrammar:
 
 __all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
            'is_complete', 'bytes_to_close', 'JsonGrammar', 'vocabulary',
-           'JsonConstraint', 'SchemaError', 'CompiledSchema', 'utf8_step',
+           'JsonConstraint', 'SchemaError', 'FORMATS', 'CompiledSchema', 'utf8_step',
            'int_digits_to_close', 'int_prefix', 'SchemaGrammar', 'compile_schema',
            'ChoiceGrammar', 'MAX_CODE_POINT', 'RegexError', 'RegexGrammar']

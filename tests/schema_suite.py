@@ -133,6 +133,24 @@ _CHARS = list("abcXYZ019 _-,:{}[]") + ["é", "日本", "🙂", "\\n", '\\"', "\\
                                         "\\u00e9", "\\uD83D\\uDE00"]
 
 
+def regex_text(regex, rng: random.Random) -> str:
+    """A random text that `regex` (a RegexGrammar) matches whole: byte by byte among
+    the bytes it allows, stopping at a match with rising odds, and heading for the
+    nearest match once the text is long."""
+    state, out = regex.start, b""
+    while True:
+        if regex.is_complete(state) and (rng.random() < 0.15 + len(out) / 40
+                                         or not regex.goes_on(state)):
+            return out.decode()
+        options = [(b, after) for b in range(256)
+                   if (after := regex.step(state, b)) is not None]
+        if len(out) > 24:  # long enough: only bytes that bring the match nearer
+            need = min(regex.bytes_to_close(after) for _, after in options)
+            options = [o for o in options if regex.bytes_to_close(o[1]) == need]
+        b, state = rng.choice(options)
+        out += bytes([b])
+
+
 def _ws(rng: random.Random) -> str:
     if rng.random() < 0.6:
         return ""
@@ -154,25 +172,39 @@ def random_document(grammar: SchemaGrammar, rng: random.Random,
     if kind == "literal":
         return rng.choice(spec[1]).decode()
     if kind == "string":
+        if spec[3] is not None:  # pattern or format: a random match, JSON-escaped
+            return json.dumps(regex_text(spec[3], rng), ensure_ascii=False)
         return '"' + "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, 6))) + '"'
     if kind == "number":
         return rng.choice(["0", "-12", "3.25", "1e5", "-0.5E-3", "42", "7.0e+2"])
     if kind == "integer":
         low = -1000 if spec[1] is None else spec[1]
         high = low + 2000 if spec[2] is None else spec[2]
-        return str(rng.randint(low, min(high, low + 2000)))
+        step = spec[3] or 1
+        value = rng.randint(low, min(high, low + 2000))
+        value = -(-value // step) * step
+        return str(value if value <= high else value - step)
     if kind == "object":
-        _, members, flags, extra = spec
+        _, members, flags, extra, least, most = spec
         if extra is not None:
-            count = 0 if depth > 3 else rng.randint(0, 2)
+            count = max(least, 0 if depth > 3 else rng.randint(0, 2))
+            count = count if most is None else min(count, most)
             pairs = [(json.dumps(f"k{i}{rng.choice(_CHARS)}", ensure_ascii=False),
                       random_document(grammar, rng, extra, depth + 1))
                      for i in range(count)]
         else:
-            pairs = [(grammar.nodes[key][1][0].decode(),
-                      random_document(grammar, rng, value, depth + 1))
-                     for (key, value), required in zip(members, flags)
-                     if required or (depth < 3 and rng.random() < 0.6)]
+            chosen = [k for k in range(len(members))
+                      if flags[k] or (depth < 3 and rng.random() < 0.6)]
+            optional = [k for k in range(len(members)) if not flags[k]]
+            rng.shuffle(optional)
+            for k in optional:  # minProperties and maxProperties
+                if len(chosen) < least and k not in chosen:
+                    chosen.append(k)
+                elif most is not None and len(chosen) > most and k in chosen:
+                    chosen.remove(k)
+            pairs = [(grammar.nodes[members[k][0]][1][0].decode(),
+                      random_document(grammar, rng, members[k][1], depth + 1))
+                     for k in sorted(chosen)]
         if not pairs:
             return "{" + _ws(rng) + "}"
         body = (_ws(rng) + "," + _ws(rng)).join(

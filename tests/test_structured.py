@@ -213,9 +213,19 @@ def test_a_one_byte_edit_never_makes_an_invalid_document_complete(name):
 
 
 REFUSED = [
-    ({"type": "string", "pattern": "^a"}, "pattern"),
-    ({"type": "string", "format": "date-time"}, "format"),
-    ({"oneOf": [{"type": "integer"}]}, "oneOf"),
+    ({"type": "string", "pattern": r"(a)\1"}, "pattern"),  # a backreference
+    ({"type": "string", "pattern": "a(?=b)"}, "pattern"),   # lookaround
+    ({"type": "string", "format": "uri"}, "format"),
+    ({"type": "string", "format": "date", "pattern": "a"}, "format"),
+    ({"oneOf": []}, "oneOf"),
+    ({"type": "integer", "multipleOf": 0}, "multipleOf"),
+    ({"type": "integer", "multipleOf": 10, "minimum": 1, "maximum": 9}, "multipleOf"),
+    ({"type": "object", "additionalProperties": False, "minProperties": 1},
+     "minProperties"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "additionalProperties": False, "minProperties": 2}, "minProperties"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+      "additionalProperties": False, "maxProperties": 0}, "maxProperties"),
     ({"allOf": [{"type": "integer"}]}, "allOf"),
     ({"type": "number", "minimum": 0}, "minimum"),
     ({"type": "array", "prefixItems": [{"type": "integer"}]}, "prefixItems"),
@@ -229,7 +239,7 @@ REFUSED = [
     ({"type": "array", "minItems": 3, "maxItems": 2}, "maxItems"),
     ({"type": "array", "minItems": -1}, "minItems"),
     ({"enum": []}, "enum"),
-    ({"enum": [{"a": 1}]}, "enum"),
+    ({"enum": [float("nan")]}, "enum"),
     ({"$ref": "#/$defs/Missing"}, "$ref"),
     ({"$ref": "https://example.org/schema"}, "$ref"),
     ({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}, "$ref"),

@@ -25,7 +25,7 @@ def test_check_tools_refuses_with_a_reason():
                       ([{"type": "function", "function": {"name": "a b"}}], "name"),
                       ([WEATHER, WEATHER], "used twice"),
                       ([{"type": "function", "function": {"name": "f", "parameters": {
-                          "type": "string", "format": "email"}}}], "'format'"),
+                          "type": "string", "format": "uri"}}}], "format"),
                       ([{"type": "function", "function": {
                           "name": "f", "description": 3}}], "description")]:
         with pytest.raises(ValueError, match=re.escape(says)):
