@@ -32,6 +32,7 @@ import json
 import math
 import re
 import weakref
+from fractions import Fraction
 
 import torch
 
@@ -482,7 +483,8 @@ _TYPE_KEYWORDS = {  # the keywords each type may carry, besides the annotations
     "string": {"minLength", "maxLength", "pattern", "format"},
     "integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                 "multipleOf"},
-    "number": set(), "boolean": set(), "null": set(),
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "boolean": set(), "null": set(),
 }
 _SUPPORTED = ("type, properties, required, additionalProperties false, "
               "min/maxProperties, items, minItems, maxItems, enum, const, anyOf, "
@@ -521,9 +523,10 @@ FORMATS = {
 
 class CompiledSchema:
     """A JSON Schema compiled to a table of nodes, each one type and its bounds:
-    ("object", members, required flags, extra), ("array", item, min, max),
-    ("string", min, max), ("integer", min, max), ("number",), ("literal", bytes...)
-    for enum, const, booleans and null, and ("anyof", nodes). `$ref`s point at
+    ("object", members, required flags, extra, min, max properties), ("array",
+    item, min, max), ("string", min, max, regex), ("integer", min, max, multipleOf),
+    ("number",) or, bounded, ("decimal", min, max) in millionths, ("literal",
+    bytes...) for enum, const, booleans and null, and ("anyof", nodes). `$ref`s point at
     shared nodes, so recursive schemas compile; `any` is the node of any JSON value.
     `min_bytes[n]` is the length of node n's shortest document. The subset is the
     one strict structured-output APIs accept; any other keyword is a SchemaError
@@ -766,7 +769,28 @@ class CompiledSchema:
         return self._node(("integer", low, high, step))
 
     def _compile_number(self, schema: dict, path: str) -> int:
-        return self._node(("number",))
+        """A number; with bounds, as XGrammar writes one: a decimal of at most
+        DECIMALS fraction digits and no exponent, its bounds in millionths."""
+        scale = 10 ** DECIMALS
+        bound = {"minimum": math.ceil, "exclusiveMinimum": lambda v: math.floor(v) + 1,
+                 "maximum": math.floor, "exclusiveMaximum": lambda v: math.ceil(v) - 1}
+        given = {}
+        for key, to_int in bound.items():
+            value = schema.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                        not math.isfinite(value)):
+                    raise SchemaError(f"{path}: {key} must be a finite number", key)
+                given[key] = to_int(Fraction(str(value)) * scale)
+        if not given:
+            return self._node(("number",))
+        lows = [given[k] for k in ("minimum", "exclusiveMinimum") if k in given]
+        highs = [given[k] for k in ("maximum", "exclusiveMaximum") if k in given]
+        low, high = max(lows, default=None), min(highs, default=None)
+        if low is not None and high is not None and low > high:
+            raise SchemaError(f"{path}: maximum < minimum: no number of at most "
+                              f"{DECIMALS} decimals lies between them", "maximum")
+        return self._node(("decimal", low, high))
 
     def _compile_boolean(self, schema: dict, path: str) -> int:
         return self._literal([True, False])
@@ -811,6 +835,8 @@ class CompiledSchema:
             return 2 + max(node[1], shortest)
         if kind == "number":
             return 1
+        if kind == "decimal":
+            return decimal_bytes_to_close("", *node[1:])
         if kind == "integer":
             return len(str(_nearest_zero(*node[1:])))
         if kind == "object":
@@ -900,6 +926,61 @@ def int_prefix(text: str, lo: int | None, hi: int | None,
     return close is not None, close == 0
 
 
+DECIMALS = 6  # fraction digits of a bounded number (XGrammar's precision)
+_DECIMAL_BYTES = frozenset(b"-.0123456789")
+
+
+@functools.lru_cache(maxsize=65536)
+def decimal_bytes_to_close(text: str, lo: int | None, hi: int | None) -> int | None:
+    """The fewest bytes to append to `text` to write a decimal in [lo, hi] (bounds in
+    millionths: 10**-DECIMALS), 0 if `text` is one, None if none begins with it. A
+    decimal here: an optional "-", an integer part without leading zeros, then
+    optionally "." and 1 to DECIMALS digits; no exponent, and no "-0" without a
+    fraction (XGrammar's forms)."""
+    neg, body = text.startswith("-"), text[1:] if text.startswith("-") else text
+    whole, _, frac = body.partition(".")
+    dot = "." in body
+    if neg and lo is not None and lo >= 0:  # a sign only where negatives lie
+        return None
+    if ("-" in body or body.count(".") > 1 or whole[:1] == "0" and len(whole) > 1
+            or dot and not whole or len(frac) > DECIMALS):
+        return None
+    if not whole:  # a digit must come first
+        found = [decimal_bytes_to_close(text + d, lo, hi) for d in "0123456789"]
+        found = [f for f in found if f is not None]
+        return 1 + min(found) if found else None
+    scale = 10 ** DECIMALS
+    mlo, mhi = (lo, hi) if not neg else (None if hi is None else -hi,
+                                         None if lo is None else -lo)
+
+    def fits(a: int, b: int, unit: int) -> bool:  # a multiple of unit in [a, b]?
+        a, b = max(a, a if mlo is None else mlo), min(b, b if mhi is None else mhi)
+        return a <= b and -(-a // unit) * unit <= b
+
+    best = None
+    if dot:  # the fraction grows to f digits
+        start = int(whole) * scale + (int(frac) * 10 ** (DECIMALS - len(frac))
+                                      if frac else 0)
+        for f in range(max(len(frac), 1), DECIMALS + 1):
+            unit = 10 ** (DECIMALS - f)
+            if fits(start, start + 10 ** (DECIMALS - len(frac)) - unit, unit):
+                return f - len(frac)
+        return None
+    for extra in range(1 if whole == "0" else 40):  # more digits of the integer
+        if best is not None and extra >= best:
+            break
+        base = int(whole) * 10 ** extra * scale
+        for f in range(DECIMALS + 1):
+            if f == 0 and neg and whole == "0":
+                continue  # "-0"
+            unit = 10 ** (DECIMALS - f)
+            if fits(base, base + 10 ** extra * scale - unit, unit):
+                cost = extra + (1 + f if f else 0)
+                best = cost if best is None else min(best, cost)
+                break
+    return best
+
+
 def _nearest_zero(lo: int | None, hi: int | None, step: int | None) -> int:
     """The integer in [lo, hi] (a multiple of step) nearest to 0: the shortest."""
     step = step or 1
@@ -910,9 +991,10 @@ def _nearest_zero(lo: int | None, hi: int | None, step: int | None) -> int:
     return 0
 
 
-_ESCAPES = {ord(k): v.encode() for k, v in {'"': '"', "\\": "\\", "/": "/", "b": "\b",
+_ESCAPES = {ord(k): v.encode() for k, v in {'"': '"', "\\": "\\", "b": "\b",
                                            "f": "\f", "n": "\n", "r": "\r",
                                            "t": "\t"}.items()}
+_UNNAMED = [c for c in range(0x20) if c not in b"\b\f\n\r\t"]  # written \u00XX
 
 
 def _feed(regex, state, data: bytes):
@@ -979,6 +1061,14 @@ class SchemaGrammar(CompiledSchema):
                 out.append(rest + (("N", after),))
             if top[1] in _NUMBER_END:
                 self._step(rest, b, out)
+        elif kind == "F":                            # ("F", node, text so far)
+            bounds = self.nodes[top[1]][1:]
+            text = top[2] + chr(b)
+            if b in _DECIMAL_BYTES and (
+                    decimal_bytes_to_close(text, *bounds) is not None):
+                out.append(rest + (("F", top[1], text),))
+            if decimal_bytes_to_close(top[2], *bounds) == 0:
+                self._step(rest, b, out)
         elif kind == "I":                            # ("I", node, digits so far)
             bounds = self.nodes[top[1]][1:]
             text = top[2] + chr(b)
@@ -1026,6 +1116,10 @@ class SchemaGrammar(CompiledSchema):
             first = first or ("ND" if b in _DIGITS else None)
             if first:
                 out.append(rest + (("N", first),))
+        elif kind == "decimal":
+            if b in _DECIMAL_BYTES and decimal_bytes_to_close(chr(b), *node[1:]) \
+                    is not None:
+                out.append(rest + (("F", n, chr(b)),))
         elif kind == "integer":
             if (b in _DIGITS or b == ord("-")) and int_prefix(chr(b), *node[1:])[0]:
                 out.append(rest + (("I", n, self._digits(n, chr(b))),))
@@ -1068,9 +1162,10 @@ class SchemaGrammar(CompiledSchema):
 
     def _pattern_string(self, top: tuple, rest: tuple, b: int, out: list) -> None:
         # ("P", node, regex state, characters), ("Q", ...) after a backslash, ("X",
-        # node, regex state, characters, hex digits so far) in \uXXXX: the regex
-        # reads the characters of the value, an escape as the character it writes
-        # (\" as ", \u00e9 as é; a surrogate pair is not read here)
+        # node, regex state, characters, hex digits so far) in \u00XX: the regex
+        # reads the characters of the value, written as json.dumps writes them
+        # (ensure_ascii off): each as itself, but \" \\ and control characters
+        # escaped (\n, \u001f), so that a value has one spelling (as in XGrammar)
         kind, n, state, count = top[:4]
         _, low, high, regex = self.nodes[n]
         cap = low if high is None else high
@@ -1081,22 +1176,21 @@ class SchemaGrammar(CompiledSchema):
                 after = _feed(regex, state, char)
                 if after is not None:
                     out.append(rest + (("P", n, after, min(count + 1, cap)),))
-            elif b == ord("u") and regex.takes(state, 0, 0xFFFF):
+            elif b == ord("u") and any(regex.takes(state, c, c) for c in _UNNAMED):
                 out.append(rest + (("X", n, state, count, ""),))
         elif kind == "X":
             if b not in _HEX:
                 return
             digits = top[4] + chr(b)
-            if len(digits) < 4:  # some character these digits begin may follow
-                width = 16 ** (4 - len(digits))
-                lo = int(digits, 16) * width
-                hi = min(lo + width - 1, 0xFFFF)
-                if regex.takes(state, lo, hi):
-                    out.append(rest + (("X", n, state, count, digits),))
+            width = 16 ** (4 - len(digits))
+            lo = int(digits, 16) * width
+            if not any(regex.takes(state, c, c) for c in _UNNAMED
+                       if lo <= c < lo + width):
                 return
-            cp = int(digits, 16)
-            if not 0xD800 <= cp <= 0xDFFF:
-                after = _feed(regex, state, chr(cp).encode())
+            if len(digits) < 4:  # some control character these digits begin
+                out.append(rest + (("X", n, state, count, digits),))
+            else:
+                after = _feed(regex, state, bytes([lo]))
                 if after is not None:
                     out.append(rest + (("P", n, after, min(count + 1, cap)),))
         elif state[1]:                               # inside a multi-byte character
@@ -1107,7 +1201,7 @@ class SchemaGrammar(CompiledSchema):
             if count >= low and regex.is_complete(state):
                 out.append(rest)
         elif b == ord("\\"):  # only if some escape may follow
-            if more and (regex.takes(state, 0, 0xFFFF) or any(
+            if more and (any(regex.takes(state, c, c) for c in _UNNAMED) or any(
                     _feed(regex, state, char) for char in _ESCAPES.values())):
                 out.append(rest + (("Q", n, state, count),))
         elif b >= 0x20 and more:
@@ -1219,6 +1313,10 @@ class SchemaGrammar(CompiledSchema):
                 found |= _DIGITS
                 if not int_prefix(top[2], *self.nodes[top[1]][1:])[1]:
                     return found
+            elif kind == "F":
+                found |= _DECIMAL_BYTES
+                if decimal_bytes_to_close(top[2], *self.nodes[top[1]][1:]) != 0:
+                    return found
             elif kind == "O":
                 return found | {"open": set(b'"}'), "next": {ord('"')},
                                 "colon": {ord(":")}, "after": set(b",}")}[top[2]]
@@ -1238,7 +1336,7 @@ class SchemaGrammar(CompiledSchema):
         if kind == "literal":
             return {literal[0] for literal in node[1]}
         return {"string": {ord('"')}, "object": {ord("{")}, "array": {ord("[")},
-                "number": set(b"-0123456789"),
+                "number": set(b"-0123456789"), "decimal": set(b"-0123456789"),
                 "integer": set(b"-0123456789")}[kind]
 
     # -- the end of the value --------------------------------------------------------
@@ -1251,7 +1349,9 @@ class SchemaGrammar(CompiledSchema):
             top = stack[-1]
             if top[0] == "W" or (top[0] == "N" and top[1] in _NUMBER_END) or (
                 top[0] == "L" and top[2] in self.nodes[top[1]][1]
-            ) or (top[0] == "I" and int_prefix(top[2], *self.nodes[top[1]][1:])[1]):
+            ) or (top[0] == "I" and int_prefix(top[2], *self.nodes[top[1]][1:])[1]) or (
+                top[0] == "F" and decimal_bytes_to_close(
+                    top[2], *self.nodes[top[1]][1:]) == 0):
                 stack = stack[:-1]                   # this frame may end here
             else:
                 return False
@@ -1295,6 +1395,8 @@ class SchemaGrammar(CompiledSchema):
             return 1 if frame[1] in ("N-", "N.", "NE", "NS") else 0
         if kind == "I":
             return int_digits_to_close(frame[2], *self.nodes[frame[1]][1:])
+        if kind == "F":
+            return decimal_bytes_to_close(frame[2], *self.nodes[frame[1]][1:])
         if kind == "A":
             _, item, low, _ = self.nodes[frame[1]]
             count, each = frame[3], 1 + best[item]
@@ -1332,12 +1434,14 @@ class SchemaGrammar(CompiledSchema):
         if kind == "Q":  # one of \n, \", ... or a \uXXXX, then the rest
             after = [1 + regex.bytes_to_close(a) for a in (
                 _feed(regex, state, c) for c in _ESCAPES.values()) if a is not None]
-            close = min(after + [5 + regex.close_after(state, 0, 0xFFFF)])
+            close = min(after + [5 + min(regex.close_after(state, c, c)
+                                         for c in _UNNAMED)])
             return max(close, chars) + 1
         digits = frame[4]
         width = 16 ** (4 - len(digits))
         lo = int(digits, 16) * width if digits else 0
-        close = 4 - len(digits) + regex.close_after(state, lo, lo + width - 1)
+        close = 4 - len(digits) + min(regex.close_after(state, c, c) for c in _UNNAMED
+                                      if lo <= c < lo + width)
         return max(close, chars) + 1
 
     # -- the fast path for text inside a string ----------------------------------------
@@ -1815,5 +1919,6 @@ class RegexGrammar:
 __all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
            'is_complete', 'bytes_to_close', 'JsonGrammar', 'vocabulary',
            'JsonConstraint', 'SchemaError', 'FORMATS', 'CompiledSchema', 'utf8_step',
-           'int_digits_to_close', 'int_prefix', 'SchemaGrammar', 'compile_schema',
-           'ChoiceGrammar', 'MAX_CODE_POINT', 'RegexError', 'RegexGrammar']
+           'int_digits_to_close', 'int_prefix', 'DECIMALS', 'decimal_bytes_to_close',
+           'SchemaGrammar', 'compile_schema', 'ChoiceGrammar', 'MAX_CODE_POINT',
+           'RegexError', 'RegexGrammar']

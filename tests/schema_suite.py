@@ -4,14 +4,16 @@ a schema to (properties in the schema's order, at most MAX_WHITESPACE whitespace
 bytes around structural characters, none around the document)."""
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import random
+import uuid
 from typing import Literal, Optional
 
 import pydantic
 
-from llmcore.constrained import MAX_WHITESPACE, SchemaGrammar
+from llmcore.constrained import DECIMALS, MAX_WHITESPACE, SchemaGrammar
 
 
 class Color(str, enum.Enum):
@@ -72,6 +74,20 @@ class Drawing(pydantic.BaseModel):
     tags: list[str] = []
 
 
+class Booking(pydantic.BaseModel):
+    """Strings a pydantic user constrains: a pattern, dates and times, an id."""
+    reference: str = pydantic.Field(pattern=r"^[A-Z]{2}[0-9]{4}$")
+    day: datetime.date
+    starts: datetime.datetime
+    guest: uuid.UUID
+    price: float = pydantic.Field(ge=0, le=10000)
+    nights: int = pydantic.Field(ge=1, le=30, multiple_of=1)
+
+
+def _string(**keywords) -> dict:
+    return {"type": "string", **keywords}
+
+
 def _obj(properties: dict, required: list | None = None) -> dict:
     return {"type": "object", "properties": properties,
             "required": list(properties) if required is None else required,
@@ -127,6 +143,37 @@ SCHEMAS: dict[str, dict] = {
     "pydantic inventory": Inventory.model_json_schema(),
     "pydantic weather": Weather.model_json_schema(),
     "pydantic drawing": Drawing.model_json_schema(),
+    # the strict-mode keywords beyond the first subset (issue 42, item 3)
+    "postcode pattern": _obj({"zip": _string(pattern="^[0-9]{5}$")}),
+    "sku pattern": _obj({"sku": _string(pattern="[A-Z]{3}-[0-9]{2,4}")}),
+    "pattern alternation": _obj({"code": _string(pattern="(ab|cd)+x?")}),
+    "format date": _obj({"day": _string(format="date")}),
+    "format date-time": _obj({"at": _string(format="date-time")}),
+    "format time": _obj({"at": _string(format="time")}),
+    "format duration": _obj({"for": _string(format="duration")}),
+    "format email": _obj({"to": _string(format="email")}),
+    "format hostname": _obj({"host": _string(format="hostname")}),
+    "format ipv4": _obj({"ip": _string(format="ipv4")}),
+    "format ipv6": _obj({"ip": _string(format="ipv6")}),
+    "format uuid": _obj({"id": _string(format="uuid")}),
+    "number range": _obj({"x": {"type": "number", "minimum": -1.5,
+                                "maximum": 2.25}}),
+    "exclusive numbers": _obj({"p": {"type": "number", "exclusiveMinimum": 0,
+                                     "exclusiveMaximum": 1}}),
+    "number floor": _obj({"price": {"type": "number", "minimum": 0.1}}),
+    "multipleOf": _obj({"n": {"type": "integer", "multipleOf": 5}}),
+    "multipleOf in range": _obj({"n": {"type": "integer", "multipleOf": 7,
+                                       "minimum": 10, "maximum": 100}}),
+    "oneOf": _obj({"id": {"oneOf": [INTEGER, STRING]}}),
+    "const object": _obj({"v": {"const": {"a": [1, 2], "b": None}}}),
+    "enum of any value": _obj({"v": {"enum": [{"x": 1}, [1, "two"], "s", 3]}}),
+    "minProperties map": {"type": "object", "additionalProperties": INTEGER,
+                          "minProperties": 1, "maxProperties": 3},
+    "minProperties": {**_obj({"a": INTEGER, "b": STRING, "c": BOOLEAN}, []),
+                      "minProperties": 2},
+    "maxProperties": {**_obj({"a": INTEGER, "b": STRING, "c": BOOLEAN}, ["b"]),
+                      "maxProperties": 2},
+    "pydantic booking": Booking.model_json_schema(),
 }
 
 _CHARS = list("abcXYZ019 _-,:{}[]") + ["é", "日本", "🙂", "\\n", '\\"', "\\\\", "\\/",
@@ -177,6 +224,20 @@ def random_document(grammar: SchemaGrammar, rng: random.Random,
         return '"' + "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, 6))) + '"'
     if kind == "number":
         return rng.choice(["0", "-12", "3.25", "1e5", "-0.5E-3", "42", "7.0e+2"])
+    if kind == "decimal":  # a bounded number: a random decimal of f digits in range
+        scale, f = 10 ** DECIMALS, rng.randint(0, DECIMALS)
+        unit = 10 ** (DECIMALS - f)
+        low = -1000 * scale if spec[1] is None else spec[1]
+        high = low + 2000 * scale if spec[2] is None else spec[2]
+        first, last = -(-low // unit), min(high, low + 2000 * scale) // unit
+        if first > last:  # no f-digit decimal in range: the finest grid has one
+            unit, first, last = 1, low, min(high, low + 2000 * scale)
+        value = rng.randint(first, last) * unit
+        whole, frac = divmod(abs(value), scale)
+        digits = str(frac).rjust(DECIMALS, "0").rstrip("0") if frac else (
+            "0" * (value == 0 or rng.random() < 0.3))
+        sign = "-" if value < 0 or (value == 0 and digits and rng.random() < 0.2) else ""
+        return sign + str(whole) + ("." + digits if digits else "")
     if kind == "integer":
         low = -1000 if spec[1] is None else spec[1]
         high = low + 2000 if spec[2] is None else spec[2]

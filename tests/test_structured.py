@@ -4,10 +4,10 @@ against the `jsonschema` validator, and its masks against XGrammar's, token for 
 XGrammar (PyPI `xgrammar`) is the grammar engine behind vLLM's and SGLang's structured
 outputs; it compiles a schema with `max_whitespace_cnt=MAX_WHITESPACE` to the grammar
 llmcore's SchemaGrammar reads. The tests walk random valid documents of each schema in
-tests/schema_suite.py (36 schemas, hand-written and written by pydantic) and compare the
+tests/schema_suite.py (60 schemas, hand-written and written by pydantic) and compare the
 allowed set at every step: per byte (a vocabulary of the 256 bytes), per token of the
-tiny tokenizer, and per token of Qwen2.5's 151,665. Three conventions differ by design
-and are asserted as such:
+tiny tokenizer, of Qwen2.5's 151,665 and of SmolLM2's 49,152 (the real model's). Four
+conventions differ by design and are asserted as such:
 
 - END: at the end of the document XGrammar allows only the stop token; llmcore allows
   nothing, and Reply ends the reply as soon as the grammar says the document is whole.
@@ -16,6 +16,10 @@ and are asserted as such:
 - LENGTH: in a string with minLength/maxLength, XGrammar allows no escapes but raw
   control characters; llmcore counts an escape as one character and, as JSON requires,
   refuses raw control characters.
+- LENGTH WITH PATTERN: beside a pattern or format, XGrammar drops minLength/maxLength;
+  llmcore keeps them. Bounded numbers follow XGrammar's form (a decimal of at most six
+  places, no exponent), as do pattern strings (a character escaped only where JSON
+  must escape it).
 """
 import json
 import random
@@ -37,7 +41,15 @@ xg = pytest.importorskip("xgrammar", reason="xgrammar (a test dependency in "
                          "requirements.txt) is not installed")
 
 QWEN_SCHEMAS = ["unicode", "mixed enum", "negative range", "anyOf objects",
-                "pydantic person", "pydantic order", "pydantic tree", "pydantic weather"]
+                "pydantic person", "pydantic order", "pydantic tree", "pydantic weather",
+                "format email", "number range", "pydantic booking"]
+# the real model's tokenizer (SmolLM2-135M-Instruct, from its GGUF file) on the
+# keywords of the full strict-mode subset
+SMOL_SCHEMAS = ["postcode pattern", "sku pattern", "format date-time", "format ipv6",
+                "format uuid", "number range", "exclusive numbers", "multipleOf",
+                "multipleOf in range", "oneOf", "const object", "enum of any value",
+                "minProperties map", "minProperties", "maxProperties",
+                "pydantic booking", "pydantic weather"]
 
 
 class Peer:
@@ -156,6 +168,59 @@ def test_token_masks_equal_xgrammar_on_qwen25(qwen):
                           _TokenMask(tokenizer, grammar), peer, grammar)
 
 
+@pytest.fixture(scope="module")
+def smol():
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    return tokenizer, _peer_for(tokenizer)
+
+
+@pytest.mark.parametrize("name", SMOL_SCHEMAS)
+def test_token_masks_equal_xgrammar_on_smollm2(name, smol):
+    tokenizer, peer = smol
+    assert tokenizer.vocab_size == 49_152
+    grammar = compile_schema(SCHEMAS[name])
+    doc = random_document(grammar, random.Random(name + "smol"))
+    _walk_and_compare(SCHEMAS[name], tokenizer.encode(doc),
+                      _TokenMask(tokenizer, grammar), peer, grammar)
+
+
+def test_a_pattern_with_a_length_keeps_both_where_xgrammar_drops_the_length():
+    """LENGTH WITH PATTERN: XGrammar ignores minLength/maxLength beside a pattern (it
+    warns); llmcore enforces both, so every document validates."""
+    schema = {"type": "string", "pattern": "[a-z]+", "maxLength": 3}
+    grammar = compile_schema(schema)
+    assert grammar.is_complete(_after(grammar, b'"abc"'))
+    assert _after(grammar, b'"abcd') is None
+    matcher = BYTES.matcher(schema)
+    assert all(matcher.accept_token(b) for b in b'"abcd')  # XGrammar goes on
+
+
+def test_pattern_strings_take_the_one_spelling_json_dumps_writes():
+    r"""A pattern or format reads the string's value: a quote or a control character
+    the pattern allows is written escaped (\", \n, \u0001), every other character
+    as itself (no \u0041 for A, no \/), so that each value has one spelling."""
+    grammar = compile_schema({"type": "string", "pattern": '[a"\n\x01/]+'})
+    for value in ['a"a', "a\n", "\x01", "/a"]:
+        text = json.dumps(value, ensure_ascii=False).encode()
+        assert grammar.is_complete(_after(grammar, text)), text
+    for other in [b'"\\u0061"', b'"\\/"', b'"a\na"']:  # escaped a, \/, a raw newline
+        assert _after(grammar, other) is None or not grammar.is_complete(
+            _after(grammar, other)), other
+
+
+def test_a_bounded_number_is_a_decimal_of_at_most_six_places():
+    """XGrammar's convention for number bounds, followed: no exponent, at most six
+    fraction digits, and a sign only where the range holds negatives."""
+    grammar = compile_schema({"type": "number", "minimum": -1.5, "maximum": 2.25})
+    whole = [t for t in ["-1.5", "2.25", "0", "-0.5", "2.250000", "0.000001"]
+             if grammar.is_complete(_after(grammar, t.encode()))]
+    assert len(whole) == 6
+    assert all(not grammar.is_complete(_after(grammar, t.encode())) for t in [
+        "1e0", "2.2500001", "-2", "3", "-0"])
+    positive = compile_schema({"type": "number", "minimum": 0})
+    assert _after(positive, b"-") is None
+
+
 def _after(grammar, text: bytes):
     state = grammar.start
     for b in text:
@@ -227,7 +292,8 @@ REFUSED = [
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
       "additionalProperties": False, "maxProperties": 0}, "maxProperties"),
     ({"allOf": [{"type": "integer"}]}, "allOf"),
-    ({"type": "number", "minimum": 0}, "minimum"),
+    ({"type": "number", "minimum": 1, "exclusiveMaximum": 1}, "maximum"),
+    ({"type": "number", "minimum": float("inf")}, "minimum"),
     ({"type": "array", "prefixItems": [{"type": "integer"}]}, "prefixItems"),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
     ({"type": "object", "properties": {"a": {"type": "integer"}},
