@@ -165,7 +165,9 @@ class Reply:
     - params.max_tokens ends it with "length"; end(reason) ends it from outside (a
       token budget, a deadline, a cancelled request). A loop whose own limit is lower
       (a server's token budget) passes it as max_tokens, so that the constraint closes
-      the value within it.
+      the value within it. A max_tokens too few for the shortest value the constraint
+      accepts is not refused (OpenAI's API accepts it too): the value ends unfinished,
+      with "length"; constraint.can_close tells a caller beforehand.
 
     add() and end() return the text that is safe to stream (no half character, no part
     of a possible stop string); those pieces add up to `text`.
@@ -182,10 +184,6 @@ class Reply:
                              "and the constraint")
         self.max_tokens = (params.max_tokens if max_tokens is None
                            else min(params.max_tokens, max_tokens))
-        if constraint is not None and not constraint.can_close(constraint.start,
-                                                               self.max_tokens):
-            raise ValueError(f"max_tokens={self.max_tokens} is too few for the "
-                             "shortest JSON value the constraint accepts; raise it")
         self.params, self.prompt_tokens, self.start = params, prompt_tokens, start
         eos = () if params.ignore_eos else eos_token_ids
         self.stop_ids = frozenset(params.stop_token_ids) | {int(t) for t in eos}

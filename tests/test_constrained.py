@@ -280,13 +280,18 @@ def test_the_budget_masks_are_cached_only_when_tight(tokenizer):
     assert not torch.isinf(tight[tokenizer.encode("0")[0]])
 
 
-def test_a_budget_too_small_for_any_value_is_refused_at_request_time(tokenizer):
+def test_a_budget_too_small_for_any_value_ends_with_length(tokenizer):
+    """As OpenAI's API: a max_tokens too few to close the value is accepted, and the
+    reply ends unfinished with "length"; can_close tells a caller beforehand."""
     from llmcore.generate import Reply
     # 7 bytes close it ("]]]]]]}"), 6 tokens with the vocabulary's "]]", never 5
     deep = JsonConstraint(tokenizer, start=json_state('{"a": [[[[[[', OBJECT_START))
     assert not deep.can_close(deep.start, 5) and deep.can_close(deep.start, 6)
-    with pytest.raises(ValueError, match="max_tokens=5 is too few for the shortest JSON"):
-        Reply(tokenizer, SamplingParams(max_tokens=5), 1, constraint=deep)
+    reply = Reply(tokenizer, SamplingParams(max_tokens=5), 1, constraint=deep)
+    for _ in range(5):  # whatever the mask allows, greedily
+        reply.add(int(reply.mask(torch.zeros(tokenizer.vocab_size)).argmax()), 0.0)
+    assert reply.done and reply.finish_reason == "length"
+    assert not deep.is_complete(reply.json_state)
     Reply(tokenizer, SamplingParams(max_tokens=6), 1, constraint=deep)
     # a whole "{}" is one token of the tiny vocabulary: one token is enough for an object
     Reply(tokenizer, SamplingParams(max_tokens=1), 1, constraint=JsonConstraint(tokenizer))
