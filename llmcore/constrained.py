@@ -532,7 +532,8 @@ class CompiledSchema:
     one strict structured-output APIs accept; any other keyword is a SchemaError
     naming it, never silently ignored."""
 
-    def __init__(self, schema: dict):
+    def __init__(self, schema: dict, compact: bool = False):
+        self.sep = 2 if compact else 1  # the bytes of ":" or "," (compact: and " ")
         if not isinstance(schema, dict):
             raise SchemaError("a JSON Schema must be an object (a dict), got "
                               f"{type(schema).__name__}: send the schema itself",
@@ -842,18 +843,19 @@ class CompiledSchema:
         if kind == "object":
             return 1 + self._rest_of_object(node, -1, 0, best) + 1
         item, low = node[1], node[2]  # array: "[" items "]"
-        return 2 + (low * best[item] + low - 1 if low else 0)
+        return 2 + (low * best[item] + (low - 1) * self.sep if low else 0)
 
     def _rest_of_object(self, node: tuple, last: int, count: int, best) -> float:
         """Bytes of the fewest members that may follow member `last` when `count`
         are written: the required ones, and the cheapest optional ones that
         minProperties still asks for (a comma before each but a first member)."""
         _, members, flags, extra, low, _ = node
+        sep = self.sep
         if extra is not None:                        # any keys: minProperties of them
-            each = best[self._key_string] + 1 + best[extra]
+            each = best[self._key_string] + sep + best[extra]
             need = max(0, low - count)
-            return need * (each + 1) - (1 if need and not count else 0)
-        costs = [best[members[k][0]] + 1 + best[members[k][1]]
+            return need * (each + sep) - (sep if need and not count else 0)
+        costs = [best[members[k][0]] + sep + best[members[k][1]]
                  for k in range(last + 1, len(members))]
         required = [c for c, k in zip(costs, range(last + 1, len(members)))
                     if flags[k]]
@@ -863,7 +865,7 @@ class CompiledSchema:
         if more > len(optional):
             return math.inf
         chosen = required + optional[:more]
-        return sum(chosen) + len(chosen) - (1 if chosen and last < 0 else 0)
+        return sum(chosen) + (len(chosen) - (1 if chosen and last < 0 else 0)) * sep
 
 
 # %% chapters/07_sampling.ipynb § JSON Schema: the right JSON, not just valid JSON
@@ -1019,9 +1021,15 @@ class SchemaGrammar(CompiledSchema):
     several readings alive until a byte tells them apart. step(state, b) is None once
     no reading survives. JsonConstraint reads it as it reads JsonGrammar."""
 
-    def __init__(self, schema: dict):
-        super().__init__(schema)
+    def __init__(self, schema: dict, compact: bool = False):
+        super().__init__(schema, compact)
         self.start = frozenset({(("V", self.root),)})
+        # Whitespace: up to MAX_WHITESPACE bytes around each structural character, or
+        # compact: exactly one space after ":" and ",", none elsewhere (XGrammar's
+        # any_whitespace=False; the server's default, as it costs the fewest tokens)
+        self.compact = compact
+        self._gap = () if compact else (("W", 0),)     # around brackets and values
+        self._sep = (("C",),) if compact else (("W", 0),)  # after ":" and ","
         self._closes: dict[tuple, float] = {}
 
     # -- reading bytes -------------------------------------------------------------
@@ -1043,6 +1051,9 @@ class SchemaGrammar(CompiledSchema):
                     out.append(rest + (("W", top[1] + 1),))
             else:
                 self._step(rest, b, out)             # the run ended: b comes after it
+        elif kind == "C":                            # compact: the one space
+            if b == 0x20:
+                out.append(rest)
         elif kind == "V":                            # ("V", node): a value begins
             self._begin(rest, top[1], b, out)
         elif kind in "SEU":
@@ -1125,9 +1136,9 @@ class SchemaGrammar(CompiledSchema):
                 out.append(rest + (("I", n, self._digits(n, chr(b))),))
         elif kind == "object":
             if b == ord("{"):
-                out.append(rest + (("O", n, "open", -1, 0), ("W", 0)))
+                out.append(rest + (("O", n, "open", -1, 0),) + self._gap)
         elif b == ord("["):
-            out.append(rest + (("A", n, "open", 0), ("W", 0)))
+            out.append(rest + (("A", n, "open", 0),) + self._gap)
 
     def _string(self, top: tuple, rest: tuple, b: int, out: list) -> None:
         # ("S", node, pending UTF-8, characters), ("E", node, characters) after a
@@ -1241,22 +1252,22 @@ class SchemaGrammar(CompiledSchema):
         more = count + counted  # the count once one more member is written
         if phase in ("open", "next") and b == ord('"'):
             if extra is not None and (high is None or count < high):
-                out.append(rest + (("O", n, "colon", -1, more), ("W", 0),
-                                   ("S", self._key_string, (), 0)))
+                out.append(rest + (("O", n, "colon", -1, more),) + self._gap + (
+                    ("S", self._key_string, (), 0),))
             for k in [] if extra is not None else self._members(node, last, count):
-                out.append(rest + (("O", n, "colon", k, more), ("W", 0),
-                                   ("L", members[k][0], b'"')))
+                out.append(rest + (("O", n, "colon", k, more),) + self._gap + (
+                    ("L", members[k][0], b'"'),))
         elif phase == "colon" and b == ord(":"):
             value = extra if extra is not None else members[last][1]
-            out.append(rest + (("O", n, "after", last, count), ("W", 0),
-                               ("V", value), ("W", 0)))
+            out.append(rest + (("O", n, "after", last, count),) + self._gap + (
+                ("V", value),) + self._sep)
         elif b == ord("}") and phase in ("open", "after"):
             if count >= low and (extra is not None or not any(flags[last + 1:])):
                 out.append(rest)
         elif b == ord(",") and phase == "after":
             if (high is None or count < high) if extra is not None else (
                     self._members(node, last, count)):
-                out.append(rest + (("O", n, "next", last, count), ("W", 0)))
+                out.append(rest + (("O", n, "next", last, count),) + self._sep)
 
     def _array(self, top: tuple, rest: tuple, b: int, out: list) -> None:
         # ("A", node, phase, items written); phases "open", "next", "after"
@@ -1264,7 +1275,7 @@ class SchemaGrammar(CompiledSchema):
         _, item, low, high = self.nodes[n]
         if phase == "after":
             if b == ord(",") and (high is None or count < high):
-                out.append(rest + (("A", n, "next", count), ("W", 0)))
+                out.append(rest + (("A", n, "next", count),) + self._sep)
             elif b == ord("]") and count >= low:
                 out.append(rest)
             return
@@ -1272,7 +1283,7 @@ class SchemaGrammar(CompiledSchema):
             out.append(rest)
         elif high is None or count < high:
             cap = low if high is None else high
-            self._begin(rest + (("A", n, "after", min(count + 1, cap)), ("W", 0)),
+            self._begin(rest + (("A", n, "after", min(count + 1, cap)),) + self._gap,
                         item, b, out)
 
     # -- which bytes could come next: a cheap superset, to prune the trie walk -------
@@ -1299,6 +1310,8 @@ class SchemaGrammar(CompiledSchema):
             if kind == "W":
                 found |= _WS
                 continue                             # it may end: what lies below
+            if kind == "C":
+                return found | {0x20}
             if kind == "L":
                 literals, sofar = self.nodes[top[1]][1], top[2]
                 found |= {lit[len(sofar)] for lit in literals
@@ -1376,6 +1389,8 @@ class SchemaGrammar(CompiledSchema):
         kind, best = frame[0], self.min_bytes
         if kind == "W":
             return 0
+        if kind == "C":
+            return 1
         if kind == "V":
             return best[frame[1]]
         if kind in "PQX":
@@ -1399,7 +1414,7 @@ class SchemaGrammar(CompiledSchema):
             return decimal_bytes_to_close(frame[2], *self.nodes[frame[1]][1:])
         if kind == "A":
             _, item, low, _ = self.nodes[frame[1]]
-            count, each = frame[3], 1 + best[item]
+            count, each = frame[3], self.sep + best[item]
             if frame[2] == "open":
                 return best[frame[1]] - 1
             if frame[2] == "next":
@@ -1410,18 +1425,19 @@ class SchemaGrammar(CompiledSchema):
         if node[3] is not None:                      # any keys
             value = best[node[3]]
             if phase == "next":  # a key, ":", a value; then the rest, counted on
-                return 3 + value + self._rest_of_object(node, -1, count + 1, best) + 1
-            return rest + (1 + value if phase == "colon" else 0)
+                return (2 + self.sep + value
+                        + self._rest_of_object(node, -1, count + 1, best) + 1)
+            return rest + (self.sep + value if phase == "colon" else 0)
         members = node[1]
         if phase in ("open", "after"):
             return rest
         if phase == "next":
             more = count + (node[4] > 0 or node[5] is not None)
-            return min((best[members[k][0]] + 1 + best[members[k][1]]
+            return min((best[members[k][0]] + self.sep + best[members[k][1]]
                         + self._rest_of_object(node, k, more, best)
                         for k in self._members(node, last, count)),
                        default=math.inf) + 1
-        return 1 + best[members[last][1]] + rest  # "colon"
+        return self.sep + best[members[last][1]] + rest  # "colon"
 
     def _pattern_close(self, frame: tuple) -> float:
         """A pattern string's bytes to its closing quote: exact between characters
@@ -1468,15 +1484,16 @@ class SchemaGrammar(CompiledSchema):
                          for stack in state)
 
 
-def compile_schema(schema: dict | str) -> SchemaGrammar:
-    """A JSON Schema (a dict, or its JSON text) compiled for constrained decoding;
-    SchemaError, naming the keyword, for what the subset does not cover."""
+def compile_schema(schema: dict | str, compact: bool = False) -> SchemaGrammar:
+    """A JSON Schema (a dict, or its JSON text) compiled for constrained decoding
+    (compact: one space after ":" and ",", no other whitespace); SchemaError, naming
+    the keyword, for what the subset does not cover."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except ValueError as e:
             raise SchemaError(f"the schema is not valid JSON: {e}", "schema") from None
-    return SchemaGrammar(schema)
+    return SchemaGrammar(schema, compact)
 
 
 # %% chapters/07_sampling.ipynb § One of a list, or a pattern: grammars beyond JSON

@@ -113,6 +113,9 @@ class OpenAIServer:
     the class of its model runner (e.g. appendix D's, over several processes).
     prompt_prefix: the ids put before a completions prompt's text (the tokenizer's BOS,
     llmcore.pretrained.prompt_prefix), as vLLM's add_special_tokens does.
+    json_whitespace: "compact" (one space after ":" and ",", no other: the fewest
+    tokens, XGrammar's any_whitespace=False) or "any" (up to MAX_WHITESPACE bytes
+    around each structural character) in constrained JSON.
     max_waiting: requests queued beyond the running batch before new ones get 503.
     api_key: if set, /v1 requests need `Authorization: Bearer <api_key>`.
     read_timeout: seconds a client has to send a request's head (else the connection is
@@ -130,7 +133,12 @@ class OpenAIServer:
                  prefix_caching: bool = False, kv_memory: int | float | None = None,
                  kv_pool: type[KVPool] = KVPool,
                  runner: type[ModelRunner] = ModelRunner,
-                 prompt_prefix: tuple[int, ...] = ()):
+                 prompt_prefix: tuple[int, ...] = (),
+                 json_whitespace: str = "compact"):
+        if json_whitespace not in ("compact", "any"):
+            raise ValueError("json_whitespace must be 'compact' or 'any', got "
+                             f"{json_whitespace!r}")
+        self.compact = json_whitespace == "compact"
         context = model.cfg.max_position_embeddings
         if num_blocks is None and kv_memory is None:
             num_blocks = min(max_batch * -(-context // block_size),
@@ -251,8 +259,8 @@ class OpenAIServer:
             if constraint is None:
                 try:
                     constraint = await asyncio.to_thread(
-                        lambda: JsonConstraint(self.served.tokenizer,
-                                               grammar=compile_schema(parsed.schema)))
+                        lambda: JsonConstraint(self.served.tokenizer, grammar=(
+                            compile_schema(parsed.schema, self.compact))))
                 except SchemaError as err:
                     where = parsed.format_param
                     where += ".json_schema.schema" if where == "response_format" else ""
@@ -282,13 +290,16 @@ class OpenAIServer:
             constraint = self._schemas.get(key)
             if constraint is None:
                 constraint = await asyncio.to_thread(
-                    lambda: JsonConstraint(self.served.tokenizer,
-                                           grammar=ToolCallGrammar(parsed.tools)))
+                    lambda: JsonConstraint(self.served.tokenizer, grammar=(
+                        ToolCallGrammar(parsed.tools, self.compact))))
                 self._keep(key, constraint)
             self._schemas.move_to_end(key)
         elif parsed.json_only:
-            if self._json is None:
-                built = await asyncio.to_thread(JsonConstraint, self.served.tokenizer)
+            if self._json is None:  # compact: the schema of any object, compact
+                built = await asyncio.to_thread(
+                    lambda: JsonConstraint(self.served.tokenizer, grammar=(
+                        compile_schema({"type": "object"}, True) if self.compact
+                        else None)))
                 self._json = self._json or built
             constraint = self._json
         else:
@@ -420,6 +431,10 @@ def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentPar
                         "preempt when the pool runs out")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="share KV blocks of identical prompt prefixes")
+    parser.add_argument("--json-whitespace", choices=("compact", "any"),
+                        default="compact", help="whitespace in constrained JSON: "
+                        "compact (one space after ':' and ',', the fewest tokens) or "
+                        "any (free, up to 20 bytes around each bracket and separator)")
     parser.add_argument("--api-key", default=os.environ.get("LLMCORE_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                              "$LLMCORE_API_KEY; none: no key)")
@@ -497,7 +512,8 @@ def run(args, model_transform=None, kv_pool: type[KVPool] | None = None,
                           host=args.host, port=args.port,
                           token_budget=args.token_budget, admission=args.admission,
                           prefix_caching=args.prefix_caching, kv_pool=kv_pool,
-                          runner=runner or ModelRunner, prompt_prefix=prefix)
+                          runner=runner or ModelRunner, prompt_prefix=prefix,
+                          json_whitespace=args.json_whitespace)
     pool = "" if kv_pool is KVPool else f" in a {kv_pool.__name__}"
     print(f"llmcore: serving {server.served.name!r} at {server.url}/v1 "
           f"(max_batch {args.max_batch}, "

@@ -126,12 +126,13 @@ class ToolCallGrammar:
     OPEN, CLOSE, SPACE = b"<tool_call>", b"</tool_call>", 4
     _WHITE = frozenset(b" \t\n\r")
 
-    def __init__(self, tools: list[dict]):
+    def __init__(self, tools: list[dict], compact: bool = False):
         calls = [{"type": "object", "properties": {
             "name": {"const": t["function"]["name"]}, "arguments": _parameters(t)},
             "required": ["name", "arguments"], "additionalProperties": False}
             for t in tools]
-        self.call = compile_schema(calls[0] if len(calls) == 1 else {"anyOf": calls})
+        self.call = compile_schema(calls[0] if len(calls) == 1 else {"anyOf": calls},
+                                   compact)
         self.start, self._fail = ("text", 0), _kmp(self.OPEN)
 
     def step(self, state: tuple, b: int) -> tuple | None:

@@ -206,16 +206,24 @@ def _ws(rng: random.Random) -> str:
 
 
 def random_document(grammar: SchemaGrammar, rng: random.Random,
-                    node: int | None = None, depth: int = 0) -> str:
+                    node: int | None = None, depth: int = 0,
+                    compact: bool = False) -> str:
     """A random valid document of a compiled schema, written the way both
-    grammars read it."""
+    grammars read it (compact: ", " and ": ", no other whitespace)."""
+
+    def ws() -> str:
+        return "" if compact else _ws(rng)
+
+    def sep() -> str:
+        return " " if compact else _ws(rng)
+
     n = grammar.root if node is None else node
     kind, spec = grammar.nodes[n][0], grammar.nodes[n]
     if kind == "anyof":
         options = [o for o in spec[1] if grammar.min_bytes[o] < float("inf")]
         if depth > 3:  # keep recursive schemas finite: the shortest option
             options = [min(options, key=lambda o: grammar.min_bytes[o])]
-        return random_document(grammar, rng, rng.choice(options), depth)
+        return random_document(grammar, rng, rng.choice(options), depth, compact)
     if kind == "literal":
         return rng.choice(spec[1]).decode()
     if kind == "string":
@@ -251,7 +259,7 @@ def random_document(grammar: SchemaGrammar, rng: random.Random,
             count = max(least, 0 if depth > 3 else rng.randint(0, 2))
             count = count if most is None else min(count, most)
             pairs = [(json.dumps(f"k{i}{rng.choice(_CHARS)}", ensure_ascii=False),
-                      random_document(grammar, rng, extra, depth + 1))
+                      random_document(grammar, rng, extra, depth + 1, compact))
                      for i in range(count)]
         else:
             chosen = [k for k in range(len(members))
@@ -264,17 +272,18 @@ def random_document(grammar: SchemaGrammar, rng: random.Random,
                 elif most is not None and len(chosen) > most and k in chosen:
                     chosen.remove(k)
             pairs = [(grammar.nodes[members[k][0]][1][0].decode(),
-                      random_document(grammar, rng, members[k][1], depth + 1))
+                      random_document(grammar, rng, members[k][1], depth + 1,
+                                      compact))
                      for k in sorted(chosen)]
         if not pairs:
-            return "{" + _ws(rng) + "}"
-        body = (_ws(rng) + "," + _ws(rng)).join(
-            key + _ws(rng) + ":" + _ws(rng) + value for key, value in pairs)
-        return "{" + _ws(rng) + body + _ws(rng) + "}"
+            return "{" + ws() + "}"
+        body = (ws() + "," + sep()).join(
+            key + ws() + ":" + sep() + value for key, value in pairs)
+        return "{" + ws() + body + ws() + "}"
     _, item, low, high = spec  # array
     most = low if depth > 3 else min(low + 3, high if high is not None else low + 3)
-    items = [random_document(grammar, rng, item, depth + 1)
+    items = [random_document(grammar, rng, item, depth + 1, compact)
              for _ in range(rng.randint(low, max(low, most)))]
     if not items:
-        return "[" + _ws(rng) + "]"
-    return "[" + _ws(rng) + (_ws(rng) + "," + _ws(rng)).join(items) + _ws(rng) + "]"
+        return "[" + ws() + "]"
+    return "[" + ws() + (ws() + "," + sep()).join(items) + ws() + "]"

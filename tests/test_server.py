@@ -2007,7 +2007,8 @@ def test_responses_function_calls_round_trip_as_chat_would(client):
                                     tool_choice="required", max_output_tokens=90,
                                     temperature=0)
     call = first.output[-1]
-    assert call.type == "function_call" and call.name == "get_weather"
+    assert all(o.type == "function_call" for o in first.output)
+    assert call.name == "get_weather"
     jsonschema.validate(json.loads(call.arguments), params)
     items = [{"role": "user", "content": ask}, *[o.model_dump(exclude_none=True)
                                                 for o in first.output],
@@ -2023,8 +2024,8 @@ def test_responses_function_calls_round_trip_as_chat_would(client):
                                                  "strict": True}}],
         messages=[{"role": "user", "content": ask}, {
             "role": "assistant", "tool_calls": [{
-                "id": call.call_id, "type": "function", "function": {
-                    "name": call.name, "arguments": call.arguments}}]},
+                "id": c.call_id, "type": "function", "function": {
+                    "name": c.name, "arguments": c.arguments}} for c in first.output]},
             {"role": "tool", "tool_call_id": call.call_id, "content": "22 C"}])
     assert second.output_text == chat.choices[0].message.content
     streamed = list(client.responses.create(model=MODEL, input=ask, tools=tools,
@@ -2082,3 +2083,24 @@ def test_no_response_is_stored(client, raw):
     reply = client.responses.create(model=MODEL, input="x", max_output_tokens=1,
                                     store=True)
     assert reply.store is False  # accepted with no effect, and the reply says so
+
+
+def test_constrained_json_is_compact_by_default(client, tiny, template):
+    """The server's default: one space after ":" and ",", no other whitespace (the
+    grammar XGrammar builds with any_whitespace=False); json_whitespace="any" gives
+    the free form back."""
+    ask = dict(model=MODEL, messages=[{"role": "user", "content": "The weather?"}],
+               max_completion_tokens=80, temperature=1.0, seed=7)
+    for fmt in (_schema_format(WEATHER)["response_format"], {"type": "json_object"}):
+        text = client.chat.completions.create(response_format=fmt,
+                                              **ask).choices[0].message.content
+        value = json.loads(text)
+        assert text == json.dumps(value, ensure_ascii=False), text  # ", " and ": "
+    with _in_process(tiny, template, json_whitespace="any") as free:
+        loose = _client(free.url)
+        texts = [loose.chat.completions.create(
+            response_format=_schema_format(WEATHER)["response_format"],
+            **{**ask, "seed": seed}).choices[0].message.content for seed in range(4)]
+    assert any(t != json.dumps(json.loads(t), ensure_ascii=False) for t in texts)
+    with pytest.raises(ValueError, match="json_whitespace"):
+        OpenAIServer(*tiny, json_whitespace="tabs")

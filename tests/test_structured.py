@@ -61,7 +61,10 @@ class Peer:
         self.compiler = xg.GrammarCompiler(self.info, max_threads=1)
         self.eos, self.size = eos, len(vocab)
 
-    def matcher(self, schema: dict):
+    def matcher(self, schema: dict, compact: bool = False):
+        if compact:  # XGrammar's any_whitespace=False: ", " and ": " only
+            return xg.GrammarMatcher(self.compiler.compile_json_schema(
+                json.dumps(schema), any_whitespace=False))
         return xg.GrammarMatcher(self.compiler.compile_json_schema(
             json.dumps(schema), max_whitespace_cnt=MAX_WHITESPACE))
 
@@ -85,7 +88,7 @@ BYTES = Peer([bytes([b]) for b in range(256)] + [b""], 256)
 
 def _walk_and_compare(schema: dict, tokens: list[int], ours, peer: Peer, grammar):
     """Compare the allowed sets at every step of `tokens` (a valid document)."""
-    matcher, state = peer.matcher(schema), grammar.start
+    matcher, state = peer.matcher(schema, grammar.compact), grammar.start
     for i, token in enumerate(tokens):
         theirs = peer.allowed(matcher)
         assert not theirs[peer.eos], f"stop allowed before the end, step {i}"
@@ -133,6 +136,26 @@ def test_byte_masks_equal_xgrammar_and_documents_validate(name):
         doc = random_document(grammar, rng)
         jsonschema.validate(json.loads(doc), schema)  # the writer's documents are valid
         _walk_and_compare(schema, list(doc.encode()), _ByteMask(grammar), BYTES, grammar)
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_compact_byte_masks_equal_xgrammar_without_whitespace(name):
+    """compact=True (the server's default) against XGrammar's any_whitespace=False:
+    one space after ":" and ",", none elsewhere."""
+    schema, rng = SCHEMAS[name], random.Random(name + "compact")
+    grammar = compile_schema(schema, compact=True)
+    doc = random_document(grammar, rng, compact=True)
+    jsonschema.validate(json.loads(doc), schema)
+    _walk_and_compare(schema, list(doc.encode()), _ByteMask(grammar), BYTES, grammar)
+
+
+@pytest.mark.parametrize("name", SMOL_SCHEMAS[:6])
+def test_compact_token_masks_equal_xgrammar_on_smollm2(name, smol):
+    tokenizer, peer = smol
+    grammar = compile_schema(SCHEMAS[name], compact=True)
+    doc = random_document(grammar, random.Random(name + "smol compact"), compact=True)
+    _walk_and_compare(SCHEMAS[name], tokenizer.encode(doc),
+                      _TokenMask(tokenizer, grammar), peer, grammar)
 
 
 @pytest.fixture(scope="module")
