@@ -529,11 +529,13 @@ def _tool_turns_as_text(messages: list) -> list:
     return out
 
 
-def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> str:
-    """The messages (and the tools, if any) as one prompt, through the model's chat
-    template. continue_final_message (vLLM's, after transformers): the prompt ends
-    inside the final message, whose text the model goes on writing; it turns the
-    default add_generation_prompt off, and an explicit true with it is a 400."""
+def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None
+               ) -> tuple[str, dict]:
+    """(the messages and the tools, if any, as one prompt through the model's chat
+    template; the final message, checked). continue_final_message (vLLM's, after
+    transformers): the prompt ends inside the final message, whose text the model
+    goes on writing; it turns the default add_generation_prompt off, and an explicit
+    true with it is a 400."""
     lim = served.limits
     messages = f.get("messages", lambda v: isinstance(v, list) and 0 < len(v) <=
                      lim.max_messages, f"a list of 1 to {lim.max_messages} messages")
@@ -543,13 +545,17 @@ def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> st
     kwargs = f.get("chat_template_kwargs", lambda v: isinstance(v, dict),
                    "an object", {})
     flag = (lambda v: isinstance(v, bool)), "true or false"
-    final = f.get("continue_final_message", *flag, False)
-    generation_prompt = f.get("add_generation_prompt", *flag, not final)
-    if final and generation_prompt:
+    go_on = f.get("continue_final_message", *flag, False)
+    generation_prompt = f.get("add_generation_prompt", *flag, not go_on)
+    if go_on and generation_prompt:
         raise APIError(400, "'continue_final_message' goes on with the last message "
                             "and 'add_generation_prompt' starts a new one; send "
                             "'add_generation_prompt': false or leave it out",
                        param="continue_final_message")
+    try:
+        final = check_messages(messages)[-1]
+    except ValueError as err:
+        raise APIError(400, f"'messages': {err}", param="messages") from None
     if tools:
         kwargs = {**kwargs, "tools": tools}
     messages = _tool_arguments(messages)
@@ -561,13 +567,13 @@ def _chat_text(f: _Fields, served: ServedModel, tools: list | None = None) -> st
                                            **kwargs)
     except (ValueError, TypeError) as err:
         raise APIError(400, f"'messages': {err}", param="messages") from None
-    return _continued(text, messages) if final else text
+    return (_continued(text, final) if go_on else text), final
 
 
-def _continued(text: str, messages: list) -> str:
+def _continued(text: str, final: dict) -> str:
     """The rendered prompt cut right after the final message's text, as transformers'
     continue_final_message cuts it (the template may have trimmed its spaces)."""
-    last = check_messages(messages)[-1].get("content") or ""
+    last = final.get("content") or ""
     at = text.rfind(last.strip()) if last.strip() else -1
     if at < 0:
         raise APIError(400, "'continue_final_message': the final message's text is "
@@ -616,7 +622,7 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
     _check_model(f, served)
     lim = served.limits
     tools, choice, parallel = _tools(f)
-    text = _chat_text(f, served, tools)
+    text, last = _chat_text(f, served, tools)
     ids = _chat_ids(f, served, text)
     (ids,), (text,) = _truncated(f, served, [ids], [text])
     max_tokens, name = _max_tokens(f, None, "max_completion_tokens", "max_tokens")
@@ -647,7 +653,6 @@ def parse_chat(body: Any, served: ServedModel) -> ParsedRequest:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true",
                        param="top_logprobs")
     echo = f.get("echo", lambda v: isinstance(v, bool), "true or false", False)
-    last = check_messages(f.value("messages"))[-1]  # _chat_text has checked them
     echo_text = (last.get("content") or "") if echo and last["role"] == "assistant" \
         else ""  # vLLM's echo: the final message, when the reply's role is its role
     return ParsedRequest("chat.completion", [ids], [text], params, n, stream, usage,
@@ -686,7 +691,7 @@ def tokenize_reply(body: Any, served: ServedModel) -> dict:
         ids = (list(served.prompt_prefix) if add else []) + served.tokenizer.encode(
             text, allowed_special="all")
     else:
-        ids = _chat_ids(f, served, _chat_text(f, served))
+        ids = _chat_ids(f, served, _chat_text(f, served)[0])
     tok = served.tokenizer
     return {"count": len(ids), "max_model_len": served.context, "tokens": ids,
             "token_strs": [tok.decode([i]) for i in ids] if strs else None}

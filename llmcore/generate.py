@@ -159,7 +159,8 @@ class Reply:
       lists the stop ids while they must not be drawn, and stop strings or a JSON value
       that complete within those tokens are ignored.
     - a special token (the tokenizer's special_tokens: <|im_end|>, ...) leaves no text
-      with params.skip_special_tokens (the default); kept, it gets a space on each side
+      with params.skip_special_tokens (the default); kept, it is set apart by a space
+      from the text or special token beside it (none at the reply's start or end)
       with params.spaces_between_special_tokens, as transformers' slow tokenizers join
       the pieces of a decode ("hi <|im_end|> <|im_start|>"). It stays in token_ids.
     - params.max_tokens ends it with "length"; end(reason) ends it from outside (a
