@@ -1497,7 +1497,26 @@ def compile_schema(schema: dict | str, compact: bool = False) -> SchemaGrammar:
 
 
 # %% chapters/07_sampling.ipynb § One of a list, or a pattern: grammars beyond JSON
-class ChoiceGrammar:
+class TextGrammar:
+    """The part of the grammar JsonConstraint reads (besides step, is_complete and
+    bytes_to_close) that a grammar of plain text leaves as it is: no fast path for a
+    JSON string's plain tokens (free_text is None), so every token is walked from
+    each new state, and any byte may be tried (expected is None)."""
+
+    def expected(self, state) -> frozenset | None:
+        return None
+
+    def free_text(self, state) -> None:
+        return None
+
+    plain_step = staticmethod(utf8_step)  # (unused while free_text is None)
+    boundary_key = ()
+
+    def at_boundary(self, state):
+        return state
+
+
+class ChoiceGrammar(TextGrammar):
     """Exactly one of `choices`, as text (vLLM's structured outputs `choice`): a trie
     of their UTF-8 bytes, read by JsonConstraint like any grammar. The state is the
     bytes written so far."""
@@ -1526,16 +1545,6 @@ class ChoiceGrammar:
     def expected(self, state: bytes) -> frozenset:
         return frozenset(c[len(state)] for c in self.choices
                          if len(c) > len(state) and c.startswith(state))
-
-    def free_text(self, state: bytes) -> None:
-        return None  # no fast path: every token is walked, and choices are short
-
-    plain_step = staticmethod(utf8_step)  # (unused: free_text is always None)
-    boundary_key = ()
-
-    @staticmethod
-    def at_boundary(state: bytes) -> bytes:
-        return state
 
 
 # %% chapters/07_sampling.ipynb § One of a list, or a pattern: grammars beyond JSON
@@ -1759,7 +1768,7 @@ def _json_length(ranges: tuple) -> int:
     return 6 if low < 0x20 else _utf8_length(max(low, 0x7F))
 
 
-class RegexGrammar:
+class RegexGrammar(TextGrammar):
     """Text that matches `pattern` whole (vLLM's structured outputs `regex`): the
     pattern compiled to an automaton over characters (Thompson's construction), read
     a byte at a time with the UTF-8 bytes of an unfinished character pending. A
@@ -1919,23 +1928,10 @@ class RegexGrammar:
         lo, hi, rest = _prefix_span(pending)
         return rest + min(self.dist[t] for t in self._targets(states, lo, hi))
 
-    def expected(self, state: tuple) -> None:
-        return None  # any byte is tried: step is cheap next to a trie's fan-out
-
-    def free_text(self, state: tuple) -> None:
-        return None  # no fast path: every token is walked for a new state
-
-    plain_step = staticmethod(utf8_step)  # (unused: free_text is always None)
-    boundary_key = ()
-
-    @staticmethod
-    def at_boundary(state: tuple) -> tuple:
-        return state
-
 
 __all__ = ['OBJECT_START', 'VALUE_START', 'MAX_WHITESPACE', 'json_step', 'json_state',
            'is_complete', 'bytes_to_close', 'JsonGrammar', 'vocabulary',
            'JsonConstraint', 'SchemaError', 'FORMATS', 'CompiledSchema', 'utf8_step',
            'int_digits_to_close', 'int_prefix', 'DECIMALS', 'decimal_bytes_to_close',
-           'SchemaGrammar', 'compile_schema', 'ChoiceGrammar', 'MAX_CODE_POINT',
-           'RegexError', 'RegexGrammar']
+           'SchemaGrammar', 'compile_schema', 'TextGrammar', 'ChoiceGrammar',
+           'MAX_CODE_POINT', 'RegexError', 'RegexGrammar']

@@ -23,7 +23,7 @@ import json
 import re
 import uuid
 
-from llmcore.constrained import SchemaError, compile_schema, utf8_step
+from llmcore.constrained import SchemaError, TextGrammar, compile_schema
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -115,7 +115,7 @@ def _kmp(word: bytes) -> list[int]:
     return fail
 
 
-class ToolCallGrammar:
+class ToolCallGrammar(TextGrammar):
     """A reply whose text is free but whose tool calls fit their functions (tool_choice
     "auto" with a strict tool; vLLM holds them with xgrammar's structural tags): free
     text until it writes OPEN; then up to SPACE whitespace bytes, the call object
@@ -188,9 +188,6 @@ class ToolCallGrammar:
 
     def free_text(self, state: tuple):  # inside a call's strings: the schema's path
         return self.call.free_text(state[1]) if state[0] == "call" else None
-
-    plain_step = staticmethod(utf8_step)
-    boundary_key = ()
 
     def at_boundary(self, state: tuple) -> tuple:
         return ("call", self.call.at_boundary(state[1]))
