@@ -741,7 +741,10 @@ class CompiledSchema:
                 raise SchemaError(f"{path}: {err}", "pattern") from None
         return self._regexes[pattern]
 
-    def _compile_integer(self, schema: dict, path: str) -> int:
+    def _bounds(self, schema: dict, path: str, scale: int = 1
+                ) -> tuple[int | None, int | None]:
+        """(low, high): the least and greatest multiples of 1/scale that minimum,
+        maximum and their exclusive forms allow, as integers (None: no bound)."""
         bound = {"minimum": math.ceil, "exclusiveMinimum": lambda v: math.floor(v) + 1,
                  "maximum": math.floor, "exclusiveMaximum": lambda v: math.ceil(v) - 1}
         given = {}
@@ -751,10 +754,13 @@ class CompiledSchema:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                         not math.isfinite(value)):
                     raise SchemaError(f"{path}: {key} must be a finite number", key)
-                given[key] = to_int(value)  # the integer bound it implies
+                given[key] = to_int(Fraction(str(value)) * scale)  # exact decimals
         lows = [given[k] for k in ("minimum", "exclusiveMinimum") if k in given]
         highs = [given[k] for k in ("maximum", "exclusiveMaximum") if k in given]
-        low, high = max(lows, default=None), min(highs, default=None)
+        return max(lows, default=None), min(highs, default=None)
+
+    def _compile_integer(self, schema: dict, path: str) -> int:
+        low, high = self._bounds(schema, path)
         if low is not None and high is not None and low > high:
             raise SchemaError(f"{path}: maximum {high} < minimum {low}: no integer "
                               "lies between them", "maximum")
@@ -772,22 +778,9 @@ class CompiledSchema:
     def _compile_number(self, schema: dict, path: str) -> int:
         """A number; with bounds, as XGrammar writes one: a decimal of at most
         DECIMALS fraction digits and no exponent, its bounds in millionths."""
-        scale = 10 ** DECIMALS
-        bound = {"minimum": math.ceil, "exclusiveMinimum": lambda v: math.floor(v) + 1,
-                 "maximum": math.floor, "exclusiveMaximum": lambda v: math.ceil(v) - 1}
-        given = {}
-        for key, to_int in bound.items():
-            value = schema.get(key)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                        not math.isfinite(value)):
-                    raise SchemaError(f"{path}: {key} must be a finite number", key)
-                given[key] = to_int(Fraction(str(value)) * scale)
-        if not given:
+        low, high = self._bounds(schema, path, 10 ** DECIMALS)
+        if low is None and high is None:
             return self._node(("number",))
-        lows = [given[k] for k in ("minimum", "exclusiveMinimum") if k in given]
-        highs = [given[k] for k in ("maximum", "exclusiveMaximum") if k in given]
-        low, high = max(lows, default=None), min(highs, default=None)
         if low is not None and high is not None and low > high:
             raise SchemaError(f"{path}: maximum < minimum: no number of at most "
                               f"{DECIMALS} decimals lies between them", "maximum")
