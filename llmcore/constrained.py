@@ -489,8 +489,8 @@ _TYPE_KEYWORDS = {  # the keywords each type may carry, besides the annotations
 _SUPPORTED = ("type, properties, required, additionalProperties false, "
               "min/maxProperties, items, minItems, maxItems, enum, const, anyOf, "
               "oneOf, "
-              "$ref/$defs, minLength, maxLength, pattern, format, integer bounds and "
-              "multipleOf")
+              "$ref/$defs, minLength, maxLength, pattern, format, minimum/maximum on "
+              "integers and numbers, and multipleOf on integers")
 # The `format`s of OpenAI's strict mode, as the regular expressions XGrammar compiles
 # them to (its table, with the email's quoted local part written as the string's
 # value: a JSON string escapes its quotes and backslashes itself).
@@ -629,8 +629,8 @@ class CompiledSchema:
             key = sorted(extra)[0]
             raise SchemaError(
                 f"{path}: '{key}' is not supported on type {kind} (supported there: "
-                f"{sorted(_TYPE_KEYWORDS[kind]) or 'none'}; bounds are enforced on "
-                "integers only): drop it and check the parsed value instead", key)
+                f"{sorted(_TYPE_KEYWORDS[kind]) or 'none'}): drop it and check the "
+                "parsed value instead", key)
         if schema.get("uniqueItems") not in (None, False):
             raise SchemaError(f"{path}: uniqueItems true cannot be enforced: a grammar "
                               "does not remember the items it has written; drop it and "

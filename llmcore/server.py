@@ -251,8 +251,8 @@ class OpenAIServer:
         constraint: built off the event loop (a walk over the vocabulary; a schema's
         compile), kept for the next request that asks for the same (json_object: one;
         a schema or choices: max_schemas, least recently used dropped first); a 400
-        naming the keyword for a schema outside the supported subset, or a max_tokens
-        too small to close its value."""
+        naming the keyword for a schema outside the supported subset (a max_tokens too
+        small to close the value is accepted: the reply ends with "length")."""
         if parsed.schema is not None:
             key = json.dumps(parsed.schema, sort_keys=True)
             constraint = self._schemas.get(key)
