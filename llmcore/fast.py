@@ -69,7 +69,7 @@ def model_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor
     `block_forward` in every layer; attend(i, q, k, v) is layer i's attention. Returns
     the logits (n, vocab_size) and every layer's new keys and values, stacked."""
     cfg = model.cfg
-    x = F.embedding(ids, model.embed.weight)
+    x = model.embed(ids)  # nn.Embedding, or one that dequantizes its rows (app. C)
     inv_freq = rope_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
                                 x.device)
     cos, sin = rope_cos_sin(positions, inv_freq, dtype=x.dtype)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from llmcore.chat import ChatTemplate
 from llmcore.device import pick_device, resolve_dtype
@@ -420,28 +422,252 @@ def gguf_prompt_prefix(file: GGUFFile | str | os.PathLike) -> list[int]:
 
 # %% chapters/C_quantization.ipynb § GGUF: the file llama.cpp runs
 def load_gguf(path: str | os.PathLike | GGUFFile, device=None, dtype=None,
-              **config_overrides) -> Transformer:
+              packed: bool = False, **config_overrides) -> Transformer:
     """A Transformer in eval mode with the GGUF file's weights dequantized to `dtype`
-    (default: the device's, float32 on a CPU). config_overrides set ModelConfig fields
-    that do not change the weights, e.g. attn_impl="explicit"."""
+    (default: the device's, float32 on a CPU). packed=True keeps the matrices stored in
+    Q8_0, Q4_0 or Q4_1 blocks as they are, in GGUFLinear layers (and the embedding in a
+    GGUFEmbedding over the same blocks when the output layer is tied to it): about a
+    fifth of float32's bytes for SmolLM2's Q4_1 file. config_overrides set ModelConfig
+    fields that do not change the weights, e.g. attn_impl="explicit"."""
     file = open_gguf(path)
     config = replace(file.config, **config_overrides)
     device = pick_device(device)
     dtype = resolve_dtype(dtype, device)
-    state = {llmcore_name(name): file.dequantized(name).to(device, dtype)
-             for name in file.tensors}
-    if config.tie_word_embeddings:
+    blocks, state = {}, {}
+    for name, info in file.tensors.items():
+        if packed and info.type_name in PACKED and len(info.shape) == 2:
+            layer = GGUFLinear.from_blocks(file.raw(name), info.type_name, info.shape,
+                                           device)
+            heads = (config.n_heads if name.endswith("attn_q.weight") else
+                     config.n_kv_heads if name.endswith("attn_k.weight") else None)
+            if heads is not None:  # llama.cpp's row order, undone on whole blocks
+                for buf in ("codes", "scale", "minimum"):
+                    if getattr(layer, buf) is not None:
+                        setattr(layer, buf, unpermute_qk(getattr(layer, buf), heads))
+            layer.pack()
+            blocks[llmcore_name(name)] = layer
+        else:
+            state[llmcore_name(name)] = file.dequantized(name).to(device, dtype)
+    if config.tie_word_embeddings and "embed.weight" in state:
         state["lm_head.weight"] = state["embed.weight"]
     with torch.device("meta"):
         model = Transformer(config)
-    model.load_state_dict(state, strict=True, assign=True)
-    if config.tie_word_embeddings:
+    if "embed.weight" in blocks:
+        table = blocks.pop("embed.weight")
+        model.embed = GGUFEmbedding(table, dtype)
+        if config.tie_word_embeddings:
+            model.lm_head = table
+    for name, layer in blocks.items():  # "blocks.3.attn.q_proj.weight" -> its parent
+        parent, _, attr = name.removesuffix(".weight").rpartition(".")
+        setattr(model.get_submodule(parent), attr, layer)
+    model.load_state_dict(state, strict=not packed, assign=True)
+    if config.tie_word_embeddings and "embed.weight" in state:
         model.lm_head.weight = model.embed.weight
+    missing = [n for n, t in [*model.named_parameters(), *model.named_buffers()]
+               if t.is_meta]
+    if missing:
+        raise GGUFError(f"{file.path.name}: no weights for {missing[:4]}")
     return model.eval()
+
+
+# %% chapters/C_quantization.ipynb § The file as it is quantized
+PACKED = ("Q8_0", "Q4_0", "Q4_1")  # 32-value blocks kept as they are by packed=True
+
+
+class GGUFLinear(nn.Module):
+    """A linear layer (no bias) whose weight stays in the GGUF file's 32-value blocks.
+
+    Each block of 32 inputs of an output row keeps its codes and its float16 scale d
+    (and minimum m for Q4_1) exactly as the file stores them: Q8_0 w = d * q (q an
+    int8), Q4_0 w = d * (q - 8), Q4_1 w = d * q + m (q in 0..15, two per byte: the low
+    four bits hold value j of the block, the high four bits value j + 16). `weight` is
+    the dequantized matrix, so code that reads a layer's weight works unchanged;
+    `forward` dequantizes, then multiplies (the path for many rows, exact); `streamed`
+    is the product for the one row of a compiled decode step (appendix B's FastDecoder
+    calls it), which reads 4 or 8.5 bits per weight: torch's int4 kernel where `pack`
+    gave a Q4 layer one, otherwise products and sums over the codes, which the
+    compiler turns into one pass that converts each code in registers.
+    """
+
+    def __init__(self, in_features: int, out_features: int, type_name: str,
+                 device=None):
+        super().__init__()
+        if type_name not in PACKED:
+            raise GGUFError(f"GGUFLinear keeps {list(PACKED)} blocks, got {type_name}"
+                            " (load_gguf(packed=True) dequantizes other types)")
+        if in_features % 32:
+            raise GGUFError(f"{type_name} rows are whole 32-value blocks; "
+                            f"in_features={in_features} is not a multiple of 32")
+        self.in_features, self.out_features = in_features, out_features
+        self.type_name, groups = type_name, in_features // 32
+        if type_name == "Q8_0":
+            codes = torch.empty(out_features, groups, 32, dtype=torch.int8,
+                                device=device)
+        else:
+            codes = torch.empty(out_features, groups, 16, dtype=torch.uint8,
+                                device=device)
+        self.register_buffer("codes", codes)
+        self.register_buffer("scale", torch.empty(out_features, groups,
+                                                  dtype=torch.float16, device=device))
+        self.register_buffer("minimum", None if type_name != "Q4_1" else
+                             torch.empty_like(self.scale))
+        self.bias = None
+        self._kernel: tuple | None = None  # set by pack(): what the int4 kernel reads
+
+    @classmethod
+    def from_blocks(cls, data, type_name: str, shape: tuple[int, int],
+                    device=None) -> "GGUFLinear":
+        """The layer that a GGUF tensor's raw `data` (out, in) holds, its blocks split
+        into codes and scales without changing a bit."""
+        out, n_in = shape
+        layer = cls(n_in, out, type_name, "meta")
+        _, nbytes = BLOCKS[type_name]
+        with warnings.catch_warnings():  # a read-only map: read, each part copied once
+            warnings.simplefilter("ignore", UserWarning)
+            raw = torch.from_numpy(np.asarray(data)).reshape(-1).view(torch.uint8)
+        blocks = raw.reshape(out, n_in // 32, nbytes)
+        start = 4 if type_name == "Q4_1" else 2
+
+        def half(at: int) -> torch.Tensor:  # the float16 at byte `at` of each block
+            return blocks[..., at:at + 2].contiguous().view(torch.float16)[..., 0]
+
+        layer.scale = half(0).to(device)
+        if type_name == "Q4_1":
+            layer.minimum = half(2).to(device)
+        codes = blocks[..., start:].contiguous().view(layer.codes.dtype)
+        layer.codes = codes.to(device)
+        return layer
+
+    def pack(self) -> bool:
+        """Give a Q4_0 or Q4_1 layer torch's CPU int4 kernel
+        (aten._weight_int4pack_mm_for_cpu, QuantLinear's int4 product) and check it on
+        one row; return whether `streamed` uses it. The kernel computes
+        (q - 8) * scale + zero per group of 32: Q4_1's d * q + m is
+        (q - 8) * d + (m + 8 d), Q4_0's zero is 0. It rounds scales, zeros and
+        activations to bfloat16, so its products are close to the file's numbers, not
+        equal, and about twice as fast per weight as `streamed`'s nibble sums on a CPU
+        with AVX-512. Call again after moving the layer or changing its buffers. Q8_0
+        has no such kernel (a scale per 32 inputs; torch's int8 kernel takes one per
+        row)."""
+        self._kernel = None
+        if self.type_name == "Q8_0" or self.codes.device.type != "cpu":
+            return False
+        with torch.no_grad():
+            try:
+                q = self._values(self.codes, torch.int32)
+                q = q + 8 if self.type_name == "Q4_0" else q    # the kernel's 0..15
+                pad = -self.out_features % 16                    # rows: 16 at a time
+                q = torch.nn.functional.pad(q.view(self.out_features, -1),
+                                            (0, 0, 0, pad), value=8)
+                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+                scale = self.scale.float()
+                zero = (torch.zeros_like(scale) if self.minimum is None
+                        else self.minimum.float() + 8 * scale)
+                pairs = torch.stack([scale, zero], dim=-1)       # (out, groups, 2)
+                pairs = torch.nn.functional.pad(pairs, (0, 0, 0, 0, 0, pad))
+                self._kernel = (packed, pairs.transpose(0, 1).contiguous()
+                                .to(torch.bfloat16))
+                x = torch.linspace(-1, 1, self.in_features)[None]
+                want = self(x)
+                error = (self.kernel_product(x) - want).norm()
+                close = bool(error <= 0.02 * want.norm() + 1e-6)  # bfloat16's rounding
+            except (RuntimeError, NotImplementedError):  # no such kernel in this torch
+                close = False
+        if not close:
+            self._kernel = None
+        return self._kernel is not None
+
+    def kernel_product(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) times the weight through the int4 kernel that `pack` prepared."""
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self._kernel[0], 32,
+                                                        self._kernel[1])
+        return y[:, :self.out_features].to(x.dtype).reshape(*x.shape[:-1],
+                                                            self.out_features)
+
+    def _values(self, codes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Codes (..., groups, 32 or 16 bytes) as numbers (..., groups, 32): q, q - 8 or
+        q, as the format says."""
+        if self.type_name == "Q8_0":
+            return codes.to(dtype)
+        q = torch.cat([codes & 15, codes >> 4], dim=-1).to(dtype)
+        return q.sub_(8) if self.type_name == "Q4_0" else q
+
+    def dequantized_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Output rows `rows` (any shape of indices) of the weight, float32,
+        (*rows.shape, in)."""
+        w = self._values(self.codes[rows], torch.float32)
+        w = w * self.scale[rows].float()[..., None]
+        if self.minimum is not None:
+            w = w + self.minimum[rows].float()[..., None]
+        return w.reshape(*rows.shape, self.in_features)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight (out, in), float32: one new matrix, scaled in place
+        (a pass over many rows makes it at every call and drops it after)."""
+        w = self._values(self.codes, torch.float32)
+        w.mul_(self.scale.float()[..., None])
+        if self.minimum is not None:
+            w.add_(self.minimum.float()[..., None])
+        return w.view(self.out_features, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight.to(x.dtype))
+
+    def streamed(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) times the weight, transposed, block by block: each block's sum of
+        codes times inputs, times its scale (plus its minimum times the block's sum of
+        inputs, for Q4_1), summed over blocks. The nibbles of a byte meet inputs j and
+        j + 16 of their block. A layer that `pack` gave the int4 kernel uses it."""
+        if self._kernel is not None and x.device.type == "cpu":
+            return self.kernel_product(x)
+        groups = self.in_features // 32
+        xb = x.reshape(*x.shape[:-1], 1, groups, 32)             # (..., 1, groups, 32)
+        scale = self.scale.to(x.dtype)
+        if self.type_name == "Q8_0":  # one reduction over the row: no sum per block
+            y = (self.codes.to(x.dtype) * scale[..., None] * xb).sum((-2, -1))
+        else:
+            low, high = (self.codes & 15).to(x.dtype), (self.codes >> 4).to(x.dtype)
+            dots = (low * xb[..., :16] + high * xb[..., 16:]).sum(-1)
+            if self.type_name == "Q4_0":
+                dots = dots - 8 * xb.sum(-1)
+            y = (dots * scale).sum(-1)
+        if self.minimum is not None:
+            y = y + (self.minimum.to(x.dtype) * xb.sum(-1)).sum(-1)
+        return y
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a pass reads for this layer: the file's blocks."""
+        return sum(t.nbytes for t in (self.codes, self.scale, self.minimum)
+                   if t is not None)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"type={self.type_name}")
+
+
+class GGUFEmbedding(nn.Module):
+    """The token embedding read from a GGUFLinear's blocks (the tied output layer's,
+    when the file ties them): a lookup dequantizes only the rows it reads."""
+
+    def __init__(self, table: GGUFLinear, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.table, self.dtype = table, dtype
+        self.num_embeddings, self.embedding_dim = table.out_features, table.in_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.table.weight.to(self.dtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table.dequantized_rows(ids).to(self.dtype)
 
 
 __all__ = ['GGUFError', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES', 'TOP_NAMES',
            'llmcore_name', 'TensorInfo', 'GGUFFile', 'open_gguf', 'dequantize_q8_0',
            'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize_q6_k',
            'DEQUANTIZE', 'dequantize', 'unpermute_qk', 'PRE_TOKENIZERS',
-           'gguf_tokenizer', 'gguf_chat_template', 'gguf_prompt_prefix', 'load_gguf']
+           'gguf_tokenizer', 'gguf_chat_template', 'gguf_prompt_prefix', 'load_gguf',
+           'PACKED', 'GGUFLinear', 'GGUFEmbedding']

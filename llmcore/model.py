@@ -146,12 +146,12 @@ class Transformer(nn.Module):
     @property
     def device(self) -> torch.device:
         """Where the weights live; callers put their input tensors and caches here."""
-        return self.embed.weight.device
+        return self.norm.weight.device  # every model has it, whatever its embedding
 
     @property
     def dtype(self) -> torch.dtype:
         """The weights' dtype; caches store keys and values in it."""
-        return self.embed.weight.dtype
+        return self.norm.weight.dtype
 
     def forward(
         self,

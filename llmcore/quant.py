@@ -272,9 +272,12 @@ def quantize(model: nn.Module, fmt: str = "int8", group_size: int = 32) -> nn.Mo
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of weights one decode step of one sequence reads: every linear layer
     (codes and scales for a quantized one) and one row of the embedding."""
-    total = model.embed.weight[0].nbytes
+    embed = model.embed
+    table = getattr(embed, "table", None)  # a GGUF embedding reads a row of blocks
+    total = (table.nbytes // table.out_features if table is not None
+             else embed.weight[0].nbytes)
     for m in model.modules():
-        if isinstance(m, QuantLinear):
+        if hasattr(m, "nbytes"):  # QuantLinear, GGUFLinear: codes and scales
             total += m.nbytes
         elif isinstance(m, nn.Linear):
             total += m.weight.nbytes + (0 if m.bias is None else m.bias.nbytes)

@@ -28,8 +28,9 @@ from gguf.quants import dequantize as gguf_dequantize
 from llmcore import pretrained
 from llmcore.engine import Engine
 from llmcore.generate import generate
-from llmcore.gguf_file import (BLOCKS, GGUFError, GGUFFile, dequantize, gguf_chat_template,
-                               gguf_tokenizer, load_gguf, open_gguf, unpermute_qk)
+from llmcore.gguf_file import (BLOCKS, PACKED, GGUFError, GGUFFile, GGUFLinear, dequantize,
+                               gguf_chat_template, gguf_tokenizer, load_gguf, open_gguf,
+                               unpermute_qk)
 from llmcore.request import Request
 from llmcore.sampling import SamplingParams
 from tokenizer_corpus import corpus_documents
@@ -312,6 +313,118 @@ def test_the_fast_decoder_gives_the_same_greedy_reply(models, tokenizer):
     params = SamplingParams(temperature=0, max_tokens=24)
     assert (generate(FastDecoder(ours, compile=False), tokenizer, ids, params).token_ids
             == generate(ours, tokenizer, ids, params).token_ids)
+
+
+# --- the file as it is quantized (load_gguf(packed=True)) ------------------------------
+def _blocks(kind: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random raw blocks of `kind` with finite float16 scales (and minimums) of a
+    weight's size, so that products can be compared."""
+    _, nbytes = BLOCKS[kind]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(rows, cols // 32, nbytes), dtype=np.uint8)
+    halves = 2 if kind == "Q4_1" else 1
+    scales = (rng.standard_normal((rows, cols // 32, halves)) * 0.02).astype(np.float16)
+    raw[..., :2 * halves] = scales.view(np.uint8).reshape(rows, cols // 32, 2 * halves)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", PACKED)
+def test_packed_blocks_are_split_without_changing_a_bit(kind):
+    values, nbytes = BLOCKS[kind]
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(48, 4 * nbytes), dtype=np.uint8)  # any bytes
+    layer = GGUFLinear.from_blocks(raw, kind, (48, 128))
+    assert layer.nbytes == raw.nbytes
+    assert _same_bits(layer.weight, dequantize(raw, kind, (48, 128)).numpy())
+    rows = torch.tensor([[3, 0], [47, 3]])
+    assert _same_bits(layer.dequantized_rows(rows), layer.weight[rows].numpy())
+
+
+@pytest.mark.parametrize("kind", PACKED)
+def test_streamed_products_equal_the_dequantized_product(kind):
+    layer = GGUFLinear.from_blocks(_blocks(kind, 80, 192), kind, (80, 192))
+    x = torch.randn(3, 192, generator=torch.Generator().manual_seed(0))
+    want = x @ layer.weight.T
+    assert layer.pack() == (kind != "Q8_0")  # torch's int4 kernel takes Q4_0 and Q4_1
+    if layer._kernel is not None:  # bfloat16 scales and activations: close, not equal
+        err = (layer.streamed(x) - want).norm() / want.norm()
+        assert err < 0.01, f"int4 kernel: relative error {err:.4f}"
+        layer._kernel = None
+    torch.testing.assert_close(layer.streamed(x), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_layer_refuses_what_it_cannot_hold():
+    with pytest.raises(GGUFError, match=r"keeps \['Q8_0', 'Q4_0', 'Q4_1'\] blocks"):
+        GGUFLinear(64, 8, "Q4_K")
+    with pytest.raises(GGUFError, match="in_features=48 is not a multiple of 32"):
+        GGUFLinear(48, 8, "Q8_0")
+
+
+@pytest.fixture(scope="module")
+def packed(file):
+    return load_gguf(file, packed=True)
+
+
+def test_a_packed_model_keeps_the_files_bytes_and_gives_its_logits(packed, models,
+                                                                    tokenizer, file):
+    from llmcore.quant import weight_bytes
+    ours, _ = models
+    assert packed.embed.table is packed.lm_head  # tied: one Q8_0 table for both
+    kinds = {m.type_name for m in packed.modules() if isinstance(m, GGUFLinear)}
+    assert kinds == {"Q4_1", "Q8_0"}
+    n_layers = sum(isinstance(m, GGUFLinear) for m in packed.modules())
+    assert n_layers == 7 * packed.cfg.n_layers + 1
+    # a step reads the file's blocks: about 96.6 MB against 538 MB in float32
+    assert weight_bytes(packed) < 0.2 * weight_bytes(ours)
+    with torch.inference_mode():
+        for name, ids in _prompts(tokenizer).items():
+            x = torch.tensor([ids])
+            diff = (packed(x) - ours(x)).abs().max().item()
+            assert diff < 1e-4, f"{name}: max |logit difference| {diff:.2e}"
+
+
+def test_the_decode_products_agree_with_float32_over_1000_tokens_of_real_text(
+        packed, models, tokenizer):
+    """What FastDecoder's step computes on the packed model (the Q4_1 layers through
+    torch's int4 kernel, the Q8_0 output layer exactly), run over 1,000 tokens of real
+    text at once: the next-token argmax agrees with the float32 model's almost
+    everywhere, and the logits stay within a small fraction of their spread."""
+    ours, _ = models
+    kernels = [m for m in packed.modules()
+               if isinstance(m, GGUFLinear) and m._kernel is not None]
+    assert len(kernels) == 7 * packed.cfg.n_layers
+    x = torch.tensor([_prompts(tokenizer)["long"]])
+    try:
+        for m in kernels:
+            m.forward = m.kernel_product
+        with torch.inference_mode():
+            got, want = packed(x)[0], ours(x)[0]
+    finally:
+        for m in kernels:
+            del m.forward
+    agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    spread = (want.max(-1).values - want.min(-1).values).mean().item()
+    drift = (got - want).abs().max(-1).values.mean().item()
+    assert agree >= 0.97, f"argmax agreement {agree:.3f} over 1,000 tokens"
+    assert drift < 0.02 * spread, f"mean max |logit drift| {drift:.3f} of {spread:.1f}"
+
+
+def test_the_compiled_steps_graph_on_the_packed_model(packed, tokenizer):
+    """fast.decode_graph (what FastDecoder compiles), run eagerly on the packed model,
+    gives a decode step's logits: the streamed products of every GGUFLinear."""
+    from llmcore.fast import decode_graph
+    from llmcore.kvcache import KVCache, prefill
+    ids = _prompts(tokenizer)["chat"]
+    cache = KVCache(packed.cfg, 1, len(ids) + 1)
+    with torch.inference_mode():
+        token = prefill(packed, torch.tensor([ids]), cache).argmax(-1)
+        n = len(ids)
+        logits, _, _ = decode_graph(packed, token[0], torch.tensor(n),
+                                    cache.k[:, 0, :, :n], cache.v[:, 0, :, :n])
+        want = packed(token[:, None], positions=torch.tensor([n]), kv_cache=cache)[0, -1]
+    drift = ((logits - want).abs().max() / (want.max() - want.min())).item()
+    assert drift < 0.02 and logits.argmax() == want.argmax(), f"drift {drift:.4f}"
 
 
 def test_the_real_model_answers_a_question(models, tokenizer, file):
