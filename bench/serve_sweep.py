@@ -184,7 +184,8 @@ def headline(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--peer-python", default=sys.executable,
+    parser.add_argument("--peer-python",
+                        default=os.environ.get("LLMCORE_PEER_PYTHON", sys.executable),
                         help="a python with guidellm and llama-cpp-python[server]")
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--sweep-size", type=int, default=5)

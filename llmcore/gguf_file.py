@@ -484,9 +484,9 @@ class GGUFLinear(nn.Module):
     the dequantized matrix, so code that reads a layer's weight works unchanged;
     `forward` dequantizes, then multiplies (the path for many rows, exact); `streamed`
     is the product for the one row of a compiled decode step (appendix B's FastDecoder
-    calls it), which reads 4 or 8.5 bits per weight: torch's int4 kernel where `pack`
-    gave a Q4 layer one, otherwise products and sums over the codes, which the
-    compiler turns into one pass that converts each code in registers.
+    calls it), which reads 5 or 8.5 bits per weight (Q4_1, Q8_0): torch's int4 kernel
+    where `pack` gave a Q4 layer one, otherwise products and sums over the codes,
+    which the compiler turns into one pass that converts each code in registers.
     """
 
     def __init__(self, in_features: int, out_features: int, type_name: str,
@@ -545,10 +545,10 @@ class GGUFLinear(nn.Module):
         (q - 8) * scale + zero per group of 32: Q4_1's d * q + m is
         (q - 8) * d + (m + 8 d), Q4_0's zero is 0. It rounds scales, zeros and
         activations to bfloat16, so its products are close to the file's numbers, not
-        equal, and about twice as fast per weight as `streamed`'s nibble sums on a CPU
-        with AVX-512. Call again after moving the layer or changing its buffers. Q8_0
-        has no such kernel (a scale per 32 inputs; torch's int8 kernel takes one per
-        row)."""
+        equal, and faster per weight than `streamed`'s nibble sums on the CPU that
+        bench/README.md reports. Call again after moving the layer or changing its
+        buffers. Q8_0 has no such kernel (a scale per 32 inputs; torch's int8 kernel
+        takes one per row)."""
         self._kernel = None
         if self.type_name == "Q8_0" or self.codes.device.type != "cpu":
             return False

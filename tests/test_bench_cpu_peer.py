@@ -1,0 +1,67 @@
+"""bench/cpu_peer.py's plumbing, without llama.cpp and without timing anything: the
+CMake options it builds llama.cpp with, the notice when llama.cpp is missing, and one
+llmcore worker process answering the bench's commands with consistent tokens."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load("bench_cpu_peer", ROOT / "bench" / "cpu_peer.py")
+
+
+def test_llama_cpp_is_built_for_the_extensions_the_cpu_lists():
+    flags = _load("llama_cpp_flags", ROOT / "scripts" / "llama_cpp_flags.py")
+    args = flags.cmake_args("processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c sse4_2\n")
+    assert args.startswith("-DGGML_NATIVE=OFF ")
+    assert "-DGGML_AVX2=ON" in args and "-DGGML_AVX512=OFF" in args
+    assert "-DGGML_AMX_INT8=OFF" in args
+    assert flags.cmake_args("no flags here") == ""
+
+
+def test_without_llama_cpp_the_bench_says_so_and_exits_0(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "LLMCORE_PEER_PYTHON"}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_peer.py"),
+                          "--peer-python", str(tmp_path / "no-python")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    if "NOTICE" not in out.stdout:
+        pytest.skip("llama-cpp-python is installed in this environment")
+    assert out.returncode == 0
+    assert "llama-cpp-python is not installed" in out.stdout
+
+
+def test_an_llmcore_worker_answers_the_benchs_commands(bench):
+    from llmcore.pretrained import locate
+    peer = bench.Peer("fp32", sys.executable, str(locate(bench.MODEL)), 1)
+    try:
+        assert peer.info["weight_mb"] > 500  # the file dequantized to float32
+        ids = list(range(100, 132))
+        reply = peer.ask(op="decode", ids=ids, n=4)
+        tokens = reply["tokens"]
+        assert len(tokens) == 4 and reply["seconds"] > 0
+        # the logits after prefill + two steps pick the third token decode picked
+        third, other = tokens[2], (tokens[2] + 1) % 49152
+        logits = peer.ask(op="logits", ids=ids, steps=tokens[:2],
+                          tokens=[third, other])["logits"]
+        assert logits[0] >= logits[1]
+        assert peer.ask(op="prefill", ids=ids)["seconds"] > 0
+        assert peer.ask(op="rss")["mb"] > 100
+    finally:
+        peer.close()
+    assert peer.proc.returncode == 0
