@@ -131,7 +131,7 @@ def llmcore_worker(path: str, key: str, threads: int):
     def cache(n):
         return KVCache(model.cfg, 1, n, device=model.device, dtype=model.dtype)
 
-    def prefill_cache(_, ids, kv):  # as the engine prefills: the last row's logits only
+    def prompt_logits(ids, kv):  # as the engine prefills: the last row's logits only
         n = ids.shape[1]
         return model(ids, positions=torch.arange(n), kv_cache=kv,
                      logits_at=torch.tensor([n - 1]))[:, -1]
@@ -139,7 +139,7 @@ def llmcore_worker(path: str, key: str, threads: int):
     @torch.inference_mode()
     def decode(ids, n):
         kv = cache(len(ids) + n)
-        token = prefill_cache(run, torch.tensor([ids]), kv).argmax(-1)
+        token = prompt_logits(torch.tensor([ids]), kv).argmax(-1)
         tokens = [int(token)]
         start = time.perf_counter()
         for i in range(n - 1):
@@ -151,13 +151,13 @@ def llmcore_worker(path: str, key: str, threads: int):
     def prefill(ids):
         kv = cache(len(ids))
         start = time.perf_counter()
-        prefill_cache(run, torch.tensor([ids]), kv)
+        prompt_logits(torch.tensor([ids]), kv)
         return time.perf_counter() - start
 
     @torch.inference_mode()
     def logits(ids, steps, tokens):  # as decode() computed them: prefill, then steps
         kv = cache(len(ids) + len(steps))
-        row = prefill_cache(run, torch.tensor([ids]), kv)[0]
+        row = prompt_logits(torch.tensor([ids]), kv)[0]
         for i, token in enumerate(steps):
             row = decode_step(run, torch.tensor([token]), kv, len(ids) + i)[0]
         return [float(row[t]) for t in tokens]
@@ -253,7 +253,7 @@ def peer_python(arg: str | None) -> str | None:
     return None
 
 
-def prompts(path) -> dict:
+def prompts() -> dict:
     """Token ids: a chat request of PROMPT tokens for decoding, and prompts of each
     PREFILL length (the same request's question repeated), tokenized by llmcore."""
     from decode import real_prompt
@@ -299,7 +299,7 @@ def main() -> None:
     decode_ns = (64,) if args.quick else DECODE
     prefill_ns = (512,) if args.quick else PREFILL
     rounds = 1 if args.quick else args.rounds
-    ids = prompts(path)
+    ids = prompts()
     print(f"{Path(path).name}, {args.threads} threads, {cpu_name()}, {rounds} round(s)")
 
     peers = {}
