@@ -91,6 +91,15 @@ def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, in_features: int,
 INT4_KERNEL_GROUPS = (32, 64, 128, 256)  # the group sizes torch's int4 kernel takes
 
 
+def agrees_on_a_row(kernel, exact, in_features: int,
+                    dtype: torch.dtype = torch.float32) -> bool:
+    """Whether kernel(x) equals exact(x) on one row x, within bfloat16's rounding (2% of
+    the norm): how a layer's `pack` checks a kernel before it trusts it."""
+    x = torch.linspace(-1, 1, in_features, dtype=dtype)[None]
+    want = exact(x)
+    return bool((kernel(x) - want).norm() <= 0.02 * want.norm() + 1e-6)
+
+
 class QuantLinear(nn.Module):
     """A linear layer y = x W^T + b whose W is stored as int8 or int4 codes and scales.
 
@@ -178,10 +187,9 @@ class QuantLinear(nn.Module):
                     scales_zeros = torch.stack([scale.t(), zeros.t()], dim=-1)
                     self._kernel = (packed, scales_zeros.to(torch.bfloat16)
                                     .contiguous())
-                x = torch.linspace(-1, 1, self.in_features, dtype=self.scale.dtype)
-                want = self.dequantize_then_matmul(x[None])
-                error = (self.kernel_product(x[None]) - want).norm()
-                close = bool(error <= 0.02 * want.norm() + 1e-6)  # bf16's rounding
+                close = agrees_on_a_row(self.kernel_product,
+                                        self.dequantize_then_matmul, self.in_features,
+                                        self.scale.dtype)
             except (RuntimeError, NotImplementedError):  # no such kernel in this torch
                 close = False
         if not close:
@@ -471,6 +479,6 @@ if __name__ == "__main__" and sys.argv[0].endswith("quant.py"):
 
 
 __all__ = ['FORMATS', 'quantize_int8', 'dequantize_int8', 'quantize_int4',
-           'unpack_int4', 'dequantize_int4', 'INT4_KERNEL_GROUPS', 'QuantLinear',
-           'quantize', 'weight_bytes', 'Int8KVPool', 'QUANT_FILE', 'SIDE_FILES',
-           'save_quantized', 'load_quantized', 'KV_CACHE_DTYPES', 'main']
+           'unpack_int4', 'dequantize_int4', 'INT4_KERNEL_GROUPS', 'agrees_on_a_row',
+           'QuantLinear', 'quantize', 'weight_bytes', 'Int8KVPool', 'QUANT_FILE',
+           'SIDE_FILES', 'save_quantized', 'load_quantized', 'KV_CACHE_DTYPES', 'main']
