@@ -240,9 +240,11 @@ class Peer:
 
 def peer_python(arg: str | None) -> str | None:
     """An interpreter that imports llama_cpp: --peer-python, else $LLMCORE_PEER_PYTHON
-    (`make bench` sets it to the .venv-bench it builds), else this one, else None."""
+    (`make bench` sets it to the .venv-bench it builds), else that .venv-bench's, else
+    this one, else None."""
     env = os.environ.get("LLMCORE_PEER_PYTHON")
-    for python in [p for p in (arg, env) if p] + [sys.executable]:
+    bench_venv = ROOT / ".venv-bench" / "bin" / "python"
+    for python in [p for p in (arg, env) if p] + [str(bench_venv), sys.executable]:
         try:
             probe = subprocess.run([python, "-c", "import llama_cpp"],
                                    capture_output=True)
@@ -251,6 +253,25 @@ def peer_python(arg: str | None) -> str | None:
         if probe.returncode == 0:
             return python
     return None
+
+
+def quick_llama_cpp(threads: int) -> dict | None:
+    """llama.cpp's decode tokens/s on the file (64 new tokens, one round of `--quick`,
+    in its own process), for appendices B and C: {"tokens/s", "version", "system"}, or
+    None where llama-cpp-python is not installed (the bench's notice) or it failed."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder, "peer.json")
+        subprocess.run([sys.executable, __file__, "--quick", "--peers", "", "--threads",
+                        str(threads), "--json", str(out)], capture_output=True,
+                       timeout=900)
+        if not out.exists():
+            return None
+        record = json.loads(out.read_text())
+    info = record["info"]["llama.cpp"]
+    return {"tokens/s": median(record["rates"]["llama.cpp|decode64"]),
+            "version": info["version"], "system": info["system"]}
 
 
 def prompts() -> dict:
@@ -271,7 +292,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default="fp32,fast,int8,int4,gguf",
-                        help="llmcore peers, comma-separated (of fp32,fast,int8,int4,gguf)")
+                        help="llmcore peers, comma-separated (of fp32,fast,int8,int4,gguf;"
+                             " empty: llama.cpp alone, as appendices B and C run it)")
     parser.add_argument("--quick", action="store_true",
                         help="1 round, 64 new tokens and 512-token prefills only")
     parser.add_argument("--json", help="write the figures to this file")
@@ -383,11 +405,11 @@ def report(peers, rate, rss, tokens, gap, decode_ns, prefill_ns, longest, args):
 
     ours = [k for k in peers if k != "llama.cpp"]
     verdicts = []
-    for n in decode_ns:
+    for n in decode_ns if ours else ():
         best = max(ours, key=lambda k: ratio[k, f"decode{n}"])
         verdicts.append((f"best decode {n} ({PEERS[best]})", ratio[best, f"decode{n}"],
                          TARGETS["decode"], ">="))
-    if 512 in prefill_ns:
+    if 512 in prefill_ns and ours:
         best = max(ours, key=lambda k: ratio[k, "prefill512"])
         verdicts.append((f"best prefill 512 ({PEERS[best]})", ratio[best, "prefill512"],
                          TARGETS["prefill512"], ">="))
