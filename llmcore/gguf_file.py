@@ -270,6 +270,22 @@ def dequantize_q8_0(blocks: torch.Tensor) -> torch.Tensor:
     return q * d
 
 
+def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
+    """The inverse of dequantize_q8_0, as llama.cpp's reference quantizer writes it: per
+    block of 32 weights, d = max|w| / 127 (stored as float16) and q = w / d rounded half
+    away from zero, with d in float32. Returns the (blocks, 34) bytes; the last size of
+    `weight` must be a multiple of 32. Rounding a file's own Q8_0 blocks gives them back
+    byte for byte."""
+    if weight.dim() == 0 or weight.shape[-1] % 32:
+        raise ValueError(f"Q8_0 packs rows whose length is a multiple of 32; got shape "
+                         f"{tuple(weight.shape)}")
+    w = weight.detach().float().reshape(-1, 32)
+    d = w.abs().amax(1, keepdim=True) / 127
+    scaled = w * torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).to(torch.int8)
+    return torch.cat([d.half().view(torch.uint8), q.view(torch.uint8)], 1)
+
+
 def dequantize_q4_0(blocks: torch.Tensor) -> torch.Tensor:
     """Q4_0: 32 4-bit codes and a scale d per block; w = d * (q - 8)."""
     d = _f16(blocks, 0)
@@ -665,7 +681,7 @@ class GGUFEmbedding(nn.Module):
 
 __all__ = ['GGUFError', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES', 'TOP_NAMES',
            'llmcore_name', 'TensorInfo', 'GGUFFile', 'open_gguf', 'dequantize_q8_0',
-           'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize_q6_k',
-           'DEQUANTIZE', 'dequantize', 'unpermute_qk', 'PRE_TOKENIZERS',
-           'gguf_tokenizer', 'gguf_chat_template', 'gguf_prompt_prefix', 'load_gguf',
-           'PACKED', 'GGUFLinear', 'GGUFEmbedding']
+           'quantize_q8_0', 'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k',
+           'dequantize_q6_k', 'DEQUANTIZE', 'dequantize', 'unpermute_qk',
+           'PRE_TOKENIZERS', 'gguf_tokenizer', 'gguf_chat_template',
+           'gguf_prompt_prefix', 'load_gguf', 'PACKED', 'GGUFLinear', 'GGUFEmbedding']

@@ -29,6 +29,7 @@ from llmcore import pretrained
 from llmcore.engine import Engine
 from llmcore.generate import generate
 from llmcore.gguf_file import (BLOCKS, PACKED, GGUFError, GGUFFile, GGUFLinear, dequantize,
+                               dequantize_q8_0, quantize_q8_0,
                                gguf_chat_template, gguf_tokenizer, load_gguf, open_gguf,
                                unpermute_qk)
 from llmcore.request import Request
@@ -636,3 +637,18 @@ def test_responses_create_and_parse_with_the_real_model(smol_client):
         model=NAME, input="Name the capital of France and its country as JSON.",
         temperature=0, max_output_tokens=48, text_format=Capital).output_parsed
     assert parsed.name == "Paris"
+
+
+def test_q8_0_rounding_equals_ggufs_quantizer_and_gives_the_files_blocks_back(file):
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 256)) * rng.uniform(0.001, 3, (64, 1))).astype(
+        np.float32)
+    w[0, :32] = 0  # an all-zero block: scale 0, codes 0
+    from gguf.quants import quantize as gguf_quantize
+    theirs = gguf_quantize(w, GGMLQuantizationType.Q8_0).reshape(-1, 34)
+    assert np.array_equal(quantize_q8_0(torch.from_numpy(w)).numpy(), theirs)
+    table = np.asarray(file.raw("token_embd.weight")).reshape(-1, 34)[:4096]
+    again = quantize_q8_0(dequantize_q8_0(torch.from_numpy(table.copy())))
+    assert np.array_equal(again.numpy(), table)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q8_0(torch.zeros(4, 48))
