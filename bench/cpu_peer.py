@@ -24,9 +24,10 @@ own and no compiled graph is shared):
 Every round times every peer in turn on the same work, so that all see the same load:
 greedy decode of 64 and 512 new tokens after a 32-token chat prompt (tok/s of the decode
 steps alone, the prompt's prefill left out), and prefill of 128, 512 and 2,048-token
-prompts into an empty cache (tok/s). Figures are medians over rounds; ratios are taken
-within a round, then the median. Peak RSS is each process's own maximum (getrusage), after
-loading, compiling and every run. The greedy tokens of the 512-token run are compared
+prompts into an empty cache (tok/s). While one peer is timed, the others are stopped
+(SIGSTOP), so that their idle threads cannot spin on its cores. Figures are medians over
+rounds; ratios are taken within a round, then the median. Peak RSS is each process's own
+maximum (getrusage), after loading, compiling and every run. The greedy tokens of the 512-token run are compared
 with llmcore float32's; where llama.cpp's first differ, both engines' logits of the two
 tokens at that position are printed (llama.cpp's arithmetic rounds the activations to 8
 bits for its products, llmcore float32 does not, so a near-tie can fall either way).
@@ -42,6 +43,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -103,7 +105,28 @@ def llama_worker(path: str, threads: int):
         row = last_logits()
         return [float(row[t]) for t in tokens]
 
-    return info, decode, prefill, logits
+    lookups = {}
+
+    def generate(ids, n, eos, k):
+        """A whole greedy reply (prompt's pass included) of at most n tokens, ended by
+        an id in `eos`; k > 0: with llama-cpp-python's prompt-lookup drafting."""
+        if k and k not in lookups:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+            lookups[k] = Llama(model_path=path, n_threads=threads,
+                               n_threads_batch=threads, n_ctx=4096, n_batch=2048,
+                               n_ubatch=512, seed=0, verbose=False,
+                               draft_model=LlamaPromptLookupDecoding(
+                                   max_ngram_size=3, num_pred_tokens=k))
+        model = lookups[k] if k else llm
+        model.reset()
+        start, tokens = time.perf_counter(), []
+        for token in model.generate(ids, temp=0.0, top_k=1, reset=True):
+            tokens.append(int(token))
+            if token in eos or len(tokens) == n:
+                break
+        return time.perf_counter() - start, tokens
+
+    return info, decode, prefill, logits, generate
 
 
 def llmcore_worker(path: str, key: str, threads: int):
@@ -162,12 +185,36 @@ def llmcore_worker(path: str, key: str, threads: int):
             row = decode_step(run, torch.tensor([token]), kv, len(ids) + i)[0]
         return [float(row[t]) for t in tokens]
 
+    tokenizers = []  # loaded by the first generate(), as are its modules: the peak
+    # RSS of the other runs would count the 49,152 tokens and their merges
+
+    @torch.inference_mode()
+    def generate(ids, n, eos, k):
+        """A whole greedy reply, as llama_worker's; k > 0: chapter 11's prompt lookup
+        (`speculative_generate` with `PromptLookup()`, up to k guesses a round)."""
+        from llmcore.generate import generate as plain_generate
+        from llmcore.pretrained import load_tokenizer
+        from llmcore.sampling import SamplingParams
+        from llmcore.speculative import PromptLookup, speculative_generate
+
+        if not tokenizers:
+            tokenizers.append(load_tokenizer(path))
+        tokenizer, eos = tokenizers[0], sorted(eos)
+        params = SamplingParams(temperature=0.0, max_tokens=n)
+        start = time.perf_counter()
+        if k:
+            result, _ = speculative_generate(run, PromptLookup(), tokenizer, ids, params,
+                                             k=k, eos_token_ids=eos)
+        else:
+            result = plain_generate(run, tokenizer, ids, params, eos_token_ids=eos)
+        return time.perf_counter() - start, list(result.token_ids)
+
     start = time.perf_counter()
     decode(list(range(10, 10 + PROMPT)), 8)  # compiles FastDecoder's graphs
     prefill(list(range(10, 138)))
     info["warm_s"] = time.perf_counter() - start
     info["compiled"] = not isinstance(run, FastDecoder) or bool(run.compile_steps)
-    return info, decode, prefill, logits
+    return info, decode, prefill, logits, generate
 
 
 def serve(key: str, path: str, threads: int) -> None:
@@ -181,8 +228,8 @@ def serve(key: str, path: str, threads: int) -> None:
 
     try:
         build = llama_worker if key == "llama.cpp" else None
-        info, decode, prefill, logits = (build(path, threads) if build else
-                                         llmcore_worker(path, key, threads))
+        info, decode, prefill, logits, generate = (
+            build(path, threads) if build else llmcore_worker(path, key, threads))
         reply({"ready": info})
         for line in sys.stdin:
             cmd = json.loads(line)
@@ -191,6 +238,10 @@ def serve(key: str, path: str, threads: int) -> None:
                 reply({"seconds": seconds, "tokens": tokens})
             elif cmd["op"] == "prefill":
                 reply({"seconds": prefill(cmd["ids"])})
+            elif cmd["op"] == "generate":
+                seconds, tokens = generate(cmd["ids"], cmd["n"], set(cmd["eos"]),
+                                           cmd["k"])
+                reply({"seconds": seconds, "tokens": tokens})
             elif cmd["op"] == "logits":
                 reply({"logits": logits(cmd["ids"], cmd["steps"], cmd["tokens"])})
             elif cmd["op"] == "rss":
@@ -228,6 +279,13 @@ class Peer:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         return self.read()
+
+    def hold(self, held: bool) -> None:
+        """Stop (SIGSTOP) or continue the worker. The peers not being timed are stopped:
+        an idle process's OpenMP threads wait busily for a while after each parallel
+        region, on the cores the timed peer needs (measured: the GGUF-blocks peer's
+        decode 0.76x llama.cpp's alone, 0.61x beside four idle llmcore peers)."""
+        self.proc.send_signal(signal.SIGSTOP if held else signal.SIGCONT)
 
     def close(self) -> None:
         try:
@@ -297,6 +355,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="1 round, 64 new tokens and 512-token prefills only")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--lookup", type=int, metavar="K", default=0,
+                        help="instead: prompt-lookup decoding with up to K guesses, "
+                             "llmcore's (chapter 11) against llama.cpp's (peers: "
+                             "--peers, default fast,gguf)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -313,6 +375,10 @@ def main() -> None:
     from tokenizer_train import cpu_name
 
     path = str(locate(MODEL))
+    if args.lookup:
+        if args.peers == parser.get_default("peers"):
+            args.peers = "fast,gguf"
+        return lookup_main(args, python, path, cpu_name())
     keys = [k for k in args.peers.split(",") if k]
     unknown = [k for k in keys if k not in PEERS or k == "llama.cpp"]
     if unknown:
@@ -348,13 +414,13 @@ def main() -> None:
     try:
         for _ in range(rounds):
             for n in decode_ns:
-                for key, peer in peers.items():
-                    reply = peer.ask(op="decode", ids=ids[PROMPT], n=n)
+                for key in peers:
+                    reply = ask_alone(peers, key, op="decode", ids=ids[PROMPT], n=n)
                     rate[key, f"decode{n}"].append((n - 1) / reply["seconds"])
                     tokens[key, n] = reply["tokens"]
             for n in prefill_ns:
-                for key, peer in peers.items():
-                    reply = peer.ask(op="prefill", ids=ids[n])
+                for key in peers:
+                    reply = ask_alone(peers, key, op="prefill", ids=ids[n])
                     rate[key, f"prefill{n}"].append(n / reply["seconds"])
         rss = {key: peer.ask(op="rss")["mb"] for key, peer in peers.items()}
         longest = max(decode_ns)
@@ -364,6 +430,95 @@ def main() -> None:
             peer.close()
 
     report(peers, rate, rss, tokens, gap, decode_ns, prefill_ns, longest, args)
+
+
+def ask_alone(peers: dict, key: str, **cmd) -> dict:
+    """peers[key].ask(**cmd) with every other peer stopped meanwhile (Peer.hold)."""
+    others = [peer for other, peer in peers.items() if other != key]
+    for peer in others:
+        peer.hold(True)
+    try:
+        return peers[key].ask(**cmd)
+    finally:
+        for peer in others:
+            peer.hold(False)
+
+
+TYPO_PARAGRAPH = (
+    "Prompt lookup decoding needs no draft model. It guesses the next tokens by finding "
+    "the last few tokens of the text earlier in the prompt and copying what followed "
+    "them. When the reply repeats the prompt, as an edit does, most guesses are right, "
+    "and the model checks several of them in one pass. When the reply is new text, the "
+    "guesses are rarely right, and the method costs almost nothing, becuase a search in "
+    "the prompt is cheap.")
+LOOKUP_REQUESTS = {
+    "fix the typo (copies the prompt)": "Repeat this paragraph word for word, "
+    "correcting the one misspelled word.\n\n" + TYPO_PARAGRAPH,
+    "why is the sky blue (new text)": "Why is the sky blue? Answer in a paragraph.",
+}
+
+
+def lookup_main(args, python: str, path: str, cpu: str) -> None:
+    """Item 5 of issue 43: every engine's greedy reply to each request, plain and with
+    prompt lookup (up to --lookup guesses a round), whole requests timed (the prompt's
+    pass included), interleaved rounds, other peers stopped meanwhile."""
+    from llmcore.generate import default_eos_ids
+    from llmcore.pretrained import load_chat_template, load_tokenizer
+
+    tokenizer, template = load_tokenizer(MODEL), load_chat_template(MODEL)
+    eos = default_eos_ids(tokenizer)
+    ids = {name: tokenizer.encode(template.render([{"role": "user", "content": text}],
+                                                  add_generation_prompt=True),
+                                  allowed_special="all")
+           for name, text in LOOKUP_REQUESTS.items()}
+    keys = ["llama.cpp", *[k for k in args.peers.split(",") if k]]
+    rounds = 1 if args.quick else args.rounds
+    print(f"{Path(path).name}, {args.threads} threads, {cpu}, {rounds} round(s), prompt "
+          f"lookup with up to {args.lookup} guesses a round (max n-gram 3)")
+    peers = {key: Peer(key, python if key == "llama.cpp" else sys.executable, path,
+                       args.threads) for key in keys}
+    rate, tokens = {}, {}
+    try:
+        for key in peers:  # warm-up: llama.cpp builds its lookup context here
+            for k in (0, args.lookup):
+                ask_alone(peers, key, op="generate", ids=ids[next(iter(ids))], n=8,
+                          eos=eos, k=k)
+        for _ in range(rounds):
+            for name in ids:
+                for k in (0, args.lookup):
+                    for key in peers:
+                        reply = ask_alone(peers, key, op="generate", ids=ids[name],
+                                          n=256, eos=eos, k=k)
+                        rate.setdefault((key, name, k), []).append(
+                            len(reply["tokens"]) / reply["seconds"])
+                        tokens[key, name, k] = reply["tokens"]
+    finally:
+        for peer in peers.values():
+            peer.close()
+    print("\n| request | engine | tokens | plain tok/s | lookup tok/s | lookup speed-up "
+          "| lookup / llama.cpp plain | lookup = plain tokens |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in ids:
+        base = median(rate["llama.cpp", name, 0])
+        for key in peers:
+            plain, fast = (median(rate[key, name, k]) for k in (0, args.lookup))
+            same = tokens[key, name, 0] == tokens[key, name, args.lookup]
+            print(f"| {name} | {PEERS[key]} | {len(tokens[key, name, 0])} | {plain:.1f} | "
+                  f"{fast:.1f} | {fast / plain:.2f}x | {fast / base:.2f}x | {same} |")
+    for name in ids:
+        text = tokenizer.decode([t for t in tokens["llama.cpp", name, 0]
+                                 if t not in eos])
+        print(f"\nllama.cpp's reply to {name!r}: {text!r}")
+        for key in peers:
+            if key != "llama.cpp":
+                a, b = tokens[key, name, 0], tokens["llama.cpp", name, 0]
+                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+                print(f"  {PEERS[key]}: " + ("the same tokens" if first is None and
+                                             len(a) == len(b) else
+                                             f"leaves llama.cpp's at token {first}"))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "rates": {f"{k}|{n}|{g}": v for (k, n, g), v in rate.items()}}, indent=1))
 
 
 def divergence(peers, tokens, prompt, n):

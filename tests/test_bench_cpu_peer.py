@@ -1,6 +1,7 @@
 """bench/cpu_peer.py's plumbing, without llama.cpp and without timing anything: the
 CMake options it builds llama.cpp with, the notice when llama.cpp is missing, and one
-llmcore worker process answering the bench's commands with consistent tokens."""
+llmcore worker process answering the bench's commands (decode, logits, prefill, rss, and
+the prompt-lookup run's generate) with consistent tokens."""
 from __future__ import annotations
 
 import importlib.util
@@ -62,6 +63,22 @@ def test_an_llmcore_worker_answers_the_benchs_commands(bench):
         assert logits[0] >= logits[1]
         assert peer.ask(op="prefill", ids=ids)["seconds"] > 0
         assert peer.ask(op="rss")["mb"] > 100
+        # a whole greedy reply: plain and with prompt lookup, the same tokens (the
+        # other peers stopped meanwhile, and continued after)
+        held = []
+
+        class Other:
+            def hold(self, on):
+                held.append(on)
+
+        copy = ids + ids[:8]  # a prompt that repeats itself: lookup has guesses
+        plain = bench.ask_alone({"fp32": peer, "other": Other()}, "fp32",
+                                op="generate", ids=copy, n=12, eos=[], k=0)
+        lookup = peer.ask(op="generate", ids=copy, n=12, eos=[], k=4)
+        assert held == [True, False]
+        assert plain["tokens"] == lookup["tokens"] and len(plain["tokens"]) == 12
+        ended = peer.ask(op="generate", ids=copy, n=12, eos=plain["tokens"][3:4], k=0)
+        assert ended["tokens"] == plain["tokens"][:4]  # ends at (and keeps) the EOS
     finally:
         peer.close()
     assert peer.proc.returncode == 0
