@@ -27,10 +27,11 @@ steps alone, the prompt's prefill left out), and prefill of 128, 512 and 2,048-t
 prompts into an empty cache (tok/s). While one peer is timed, the others are stopped
 (SIGSTOP), so that their idle threads cannot spin on its cores. Figures are medians over
 rounds; ratios are taken within a round, then the median. Peak RSS is each process's own
-maximum (getrusage), after loading, compiling and every run. The greedy tokens of the 512-token run are compared
-with llmcore float32's; where llama.cpp's first differ, both engines' logits of the two
-tokens at that position are printed (llama.cpp's arithmetic rounds the activations to 8
-bits for its products, llmcore float32 does not, so a near-tie can fall either way).
+maximum (getrusage), after loading, compiling and every run. The greedy tokens of the
+512-token run are compared with llmcore float32's; where llama.cpp's first differ, both
+engines' logits of the two tokens at that position are printed (llama.cpp's arithmetic
+rounds the activations to 8 bits for its products, llmcore float32 does not, so a
+near-tie can fall either way).
 
 Targets (issue 43; printed, not asserted): llmcore's best batch-1 decode >= 0.5x llama.cpp's
 tok/s; llmcore's best prefill of 512 tokens >= 0.8x; the GGUF-blocks peer's peak RSS <= 2x
