@@ -280,6 +280,71 @@ def quoted_figure_problems(path: Path, edition: str) -> list[str]:
     return problems
 
 
+# An outcome of the run told in words ("it dropped a little in this run", "at one
+# position in this run") is the same copy without a figure for the guard above to check:
+# a sentence that names the run and states what happened in it either quotes the printed
+# figure or points the reader at the output that prints it (issue 44).
+RUN_PHRASE = {
+    "en": re.compile(r"\bin this run\b|\bin the run stored here\b|\bin the stored run\b"
+                     r"|\bthis book's (?:CPU )?run\b"),
+    "zh": re.compile(r"这次运行|本次运行|存下的运行|本书的\s?(?:CPU\s?)?运行"),
+}
+RUN_OUTCOME = {
+    "en": re.compile(r"\b(?:dropped|rose|risen|fell|fallen|grew|climbed|faster|slower"
+                     r"|higher|lower|stays? (?:above|below)|beat|won|lost|changed|flipped"
+                     r"|one|two|three|four|five|six|seven|eight|nine|ten|every|none|most"
+                     r"|half)\b", re.I),
+    "zh": re.compile(r"下降|上升|更快|更慢|更高|更低|胜过|超过|变了|翻转|每一个|全部|大部分"
+                     r"|一半|没有一个"),
+}
+POINTS_AT_OUTPUT = {
+    "en": re.compile(r"\bprint|\bthe (?:table|cell|line|lines|check|checks|verdict|plot"
+                     r"|figure)\b", re.I),
+    "zh": re.compile(r"打印|表中|表格|单元格|判定|检查|图中|见上"),
+}
+SENTENCE = {"en": re.compile(r"(?<=[.!?])\s+(?=[A-Z(])"), "zh": re.compile(r"(?<=[。！？])")}
+FIGURE = re.compile(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?")
+
+
+def run_outcome_problems(path: Path, edition: str) -> list[str]:
+    """Sentences of `path`'s prose that tell an outcome of the stored run in words, with
+    no figure (which the quoted-figure guard then checks) and no pointer to an output."""
+    cells = _cells(path)
+    zh = i18n.translated(path.stem) if edition == "zh" else {}
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        prose = " ".join(zh.get(cell.get("id"), _source(cell)).split())
+        for sentence in SENTENCE[edition].split(prose):
+            if (RUN_PHRASE[edition].search(sentence)
+                    and RUN_OUTCOME[edition].search(sentence)
+                    and not FIGURE.search(sentence)
+                    and not POINTS_AT_OUTPUT[edition].search(sentence)):
+                problems.append(f"{path.name} ({edition}) cell {i}: {sentence[:120]!r} "
+                                "tells the run's outcome in words; quote the printed "
+                                "figure, point at the output that prints it, or state "
+                                "what holds on any machine")
+    return problems
+
+
+@pytest.mark.parametrize("edition", ["en", "zh"])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_runs_outcomes_are_not_told_in_words_alone(path, edition):
+    problems = run_outcome_problems(path, edition)
+    assert not problems, "\n".join(problems)
+
+
+def test_an_outcome_told_in_words_fails(tmp_path):
+    def edit(cells):
+        cell = next(c for c in cells if c["cell_type"] == "markdown")
+        cell["source"] = _source(cell) + "\n\nThroughput dropped a little in this run.\n"
+        cell["id"] = "not-translated"
+    path = _disturbed(tmp_path, edit)
+    problems = run_outcome_problems(path, "en")
+    assert len(problems) == 1 and "dropped a little" in problems[0]
+
+
 @pytest.mark.parametrize("edition", ["en", "zh"])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_figures_quoted_from_the_books_run_are_its_stored_outputs(path, edition):
