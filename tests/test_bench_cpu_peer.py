@@ -82,3 +82,27 @@ def test_an_llmcore_worker_answers_the_benchs_commands(bench):
     finally:
         peer.close()
     assert peer.proc.returncode == 0
+
+
+def test_chapter_11s_lookup_runs_plain_and_lookup_per_request(bench, monkeypatch):
+    """quick_llama_cpp_lookup's loop, with an llmcore worker standing in for llama.cpp
+    (the loop is the same for any peer); None where llama-cpp-python is missing."""
+    monkeypatch.setattr(bench, "peer_python", lambda arg: None)
+    assert bench.quick_llama_cpp_lookup(1, {"a": [1, 2]}, [0], 4) is None
+
+    class StandIn(bench.Peer):
+        def __init__(self, key, python, path, threads):
+            super().__init__("fp32", python, path, threads)
+            self.info = {**self.info, "version": "stand-in", "system": "-"}
+
+    monkeypatch.setattr(bench, "peer_python", lambda arg: sys.executable)
+    monkeypatch.setattr(bench, "Peer", StandIn)
+    ids = list(range(100, 116))
+    out = bench.quick_llama_cpp_lookup(1, {"copy": ids + ids[:6], "other": ids[:9]},
+                                       [], 4, rounds=1, n=5)
+    assert out["version"] == "stand-in"
+    assert set(out["tokens/s"]) == {("copy", 0), ("copy", 4), ("other", 0),
+                                    ("other", 4)}
+    assert all(rate > 0 for rate in out["tokens/s"].values())
+    assert out["tokens"]["copy", 0] == out["tokens"]["copy", 4]  # greedy, float32
+    assert all(len(t) == 5 for t in out["tokens"].values())
