@@ -28,7 +28,9 @@ steps alone, the prompt's prefill left out), and prefill of 128, 512 and 2,048-t
 prompts into an empty cache (tok/s). While one peer is timed, the others are stopped
 (SIGSTOP), so that their idle threads cannot spin on its cores. Figures are medians over
 rounds; ratios are taken within a round, then the median. Peak RSS is each process's own
-maximum (getrusage), after loading, compiling and every run. The greedy tokens of the
+maximum (VmHWM in /proc/self/status: the high-water mark of this process image;
+getrusage's ru_maxrss would carry the parent's larger RSS over the exec), after loading,
+compiling and every run. The greedy tokens of the
 512-token run are compared with llmcore float32's; where llama.cpp's first differ, both
 engines' logits of the two tokens at that position are printed (llama.cpp's arithmetic
 rounds the activations to 8 bits for its products, llmcore float32 does not, so a
@@ -68,6 +70,19 @@ MARK = "@@ "  # a reply line of a worker; anything else on its stdout is ignored
 
 
 # ---- the workers: one process per peer, commands as JSON lines on stdin ----------
+
+def peak_mb() -> float:
+    """This process's peak RSS in MB: VmHWM, which starts afresh at exec (getrusage's
+    ru_maxrss keeps the maximum of the process before the exec: the parent's, here)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
+
 
 def llama_worker(path: str, threads: int):
     """llama.cpp's peer: runs in any interpreter that has llama_cpp (no torch needed)."""
@@ -145,13 +160,17 @@ def llmcore_worker(path: str, key: str, threads: int):
     from llmcore.kvcache import KVCache, decode_step
     from llmcore.quant import quantize, weight_bytes
 
+    stages = {"python, torch and llmcore imported": peak_mb()}  # peak RSS after each
     start = time.perf_counter()
     model = load_gguf(path, packed=key == "gguf")
     if key in ("int8", "int4"):
         model = quantize(model, key, 32)
     run = model if key == "fp32" else FastDecoder(model)
+    stages["the weights loaded"] = peak_mb()
     info = {"load_s": time.perf_counter() - start, "torch": torch.__version__,
-            "weight_mb": weight_bytes(model) / 1e6}
+            "weight_mb": weight_bytes(model) / 1e6, "peak_mb": stages,
+            "kv_mb_per_token": 2 * model.cfg.n_layers * model.cfg.n_kv_heads
+            * model.cfg.head_dim * model.dtype.itemsize / 2**20}
 
     def cache(n):
         return KVCache(model.cfg, 1, n, device=model.device, dtype=model.dtype)
@@ -215,6 +234,7 @@ def llmcore_worker(path: str, key: str, threads: int):
     decode(list(range(10, 10 + PROMPT)), 8)  # compiles FastDecoder's graphs
     prefill(list(range(10, 138)))
     info["warm_s"] = time.perf_counter() - start
+    stages["the decode and verify graphs compiled, a 128-token prefill"] = peak_mb()
     info["compiled"] = not isinstance(run, FastDecoder) or bool(run.compile_steps)
     return info, decode, prefill, logits, generate
 
@@ -247,7 +267,7 @@ def serve(key: str, path: str, threads: int) -> None:
             elif cmd["op"] == "logits":
                 reply({"logits": logits(cmd["ids"], cmd["steps"], cmd["tokens"])})
             elif cmd["op"] == "rss":
-                reply({"mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                reply({"mb": peak_mb()})
             else:
                 return
     except Exception as err:  # the parent reports it and goes on without this peer
@@ -611,6 +631,17 @@ def report(peers, rate, rss, tokens, gap, decode_ns, prefill_ns, longest, args):
         met = value >= target if sense == ">=" else value <= target
         print(f"{name}: {value:.2f}x llama.cpp, target {sense} {target}x: "
               f"{'met' if met else 'MISSED'}")
+    if "gguf" in peers and rss["gguf"] > TARGETS["rss"] * rss["llama.cpp"]:
+        info = peers["gguf"].info
+        print(f"\nwhere the GGUF-blocks peer's memory goes (its peak RSS after each stage; "
+              f"llama.cpp's whole process: {rss['llama.cpp']:,.0f} MB):")
+        before = 0.0
+        for stage, mb in [*info["peak_mb"].items(), ("every run above", rss["gguf"])]:
+            print(f"  {mb:7,.0f} MB (+{mb - before:5,.0f}) after {stage}")
+            before = mb
+        print(f"  (its float32 KV cache: {info['kv_mb_per_token'] * 1024:.0f} KiB per "
+              f"token, {info['kv_mb_per_token'] * (2048 + 1):.0f} MB for the 2,048-token "
+              "prefill; llama.cpp's is float16)")
     if gap is not None:
         a, b = gap["tokens"]
         print(f"\nllama.cpp's greedy tokens leave llmcore float32's at new token "

@@ -6,15 +6,21 @@
 """GGUF, the file llama.cpp, Ollama and LM Studio run: read its header, dequantize its
 blocks in PyTorch, and build llmcore's model, tokenizer and chat template from it.
 
-The container is parsed by the `gguf` package (llama.cpp's own reader); what the blocks
-mean, the Q/K row order and the tokenizer are written here. Supported: architecture
+The header (metadata and tensor table) is read here with `struct`, into plain Python
+values; the tensors are views into the file mapped with numpy; what the blocks mean, the
+Q/K row order and the tokenizer are written here too. (The `gguf` package, llama.cpp's
+own reader, is what the tests compare against; it keeps a numpy view per string of the
+49,152 tokens and their merges for as long as the file is open, more memory than the
+model's 4-bit layers.) Supported: architecture
 "llama" (Llama 2/3, SmolLM2, TinyLlama, ...), tensors in F32, F16, BF16, Q8_0, Q4_0,
 Q4_1, Q4_K and Q6_K, a gpt2-style byte-level BPE tokenizer.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import struct
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +40,10 @@ class GGUFError(ValueError):
     """A GGUF file that llmcore cannot load: the message names the part and the fix."""
 
 
+# ggml's tensor type ids (ggml.h's enum ggml_type) -> names, for the types named here
+GGML_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0",
+              9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
+              15: "Q8_K", 30: "BF16"}
 # type name -> (values per block, bytes per block), as ggml defines them
 BLOCKS = {
     "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
@@ -75,29 +85,96 @@ class TensorInfo:
     nbytes: int
 
 
-def _header_reader(path: Path):
-    """A gguf.GGUFReader that has parsed the metadata and tensor table but not yet
-    mapped any tensor (the data of a truncated file is never touched)."""
-    try:
-        from gguf import GGUFReader  # llama.cpp's reader of the container
-    except ImportError as err:
-        raise ImportError('reading a GGUF file needs the gguf package: pip install '
-                          'gguf (or "llmcore-book[gguf]")') from err
-
-    class HeaderReader(GGUFReader):
-        def _build_tensors(self, start_offs, fields):
-            self.tensors, self.pending = [], (start_offs, fields)
-
-    try:
-        return HeaderReader(str(path))
-    except (ValueError, IndexError, UnicodeDecodeError) as err:
-        raise GGUFError(f"{path} is not a readable GGUF file ({err}); is it complete? "
-                        "Download it again") from err
+# GGUF value types -> struct formats (little-endian); 8 is a string, 9 an array
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+           10: "<Q", 11: "<q", 12: "<d"}
 
 
-def _value(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
+class _HeaderReader:
+    """GGUF's header, read front to back from a bytes buffer: 'GGUF', the version (2 or
+    3), the tensor and key counts, the key-value pairs, then one (name, dims, type,
+    offset) entry per tensor; tensor data starts at the next multiple of
+    general.alignment (32 when absent)."""
+
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str):
+        value, = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        if self.at + n > len(self.data):
+            raise ValueError(f"a string of {n} bytes runs past the header")
+        text = self.data[self.at:self.at + n].decode("utf-8")
+        self.at += n
+        return text
+
+    def value(self, kind: int):
+        if kind == 8:
+            return self.string()
+        if kind == 9:
+            item, n = self.take("<I"), self.take("<Q")
+            if item in SCALARS:  # one unpack for the whole array
+                fmt = f"<{n}{SCALARS[item][1]}"
+                values = list(struct.unpack_from(fmt, self.data, self.at))
+                self.at += struct.calcsize(fmt)
+                return values
+            return [self.value(item) for _ in range(n)]
+        if kind not in SCALARS:
+            raise ValueError(f"unknown value type {kind}")
+        return self.take(SCALARS[kind])
+
+
+def read_header(path: Path) -> tuple[dict, list[tuple], int]:
+    """(metadata, tensor entries (name, dims, type id, offset), start of the data) of
+    the GGUF file at `path`; GGUFError if it is not one this reader can read."""
+    with open(path, "rb") as f:
+        data = f.read(1 << 20)
+        if data[:4] != b"GGUF":
+            raise GGUFError(f"{path} is not a GGUF file (it does not start with "
+                            "'GGUF'); is it complete? Download it again")
+        try:
+            while True:  # a header is read whole: grow the buffer until it parses
+                reader = _HeaderReader(data)
+                try:
+                    reader.at = 4
+                    version = reader.take("<I")
+                    if version not in (2, 3):
+                        raise GGUFError(f"{path}: GGUF version {version} (llmcore "
+                                        "reads versions 2 and 3, little-endian)")
+                    n_tensors, n_keys = reader.take("<Q"), reader.take("<Q")
+                    metadata = {}
+                    for _ in range(n_keys):
+                        key = reader.string()
+                        metadata[key] = reader.value(reader.take("<I"))
+                    entries = []
+                    for _ in range(n_tensors):
+                        name, n_dims = reader.string(), reader.take("<I")
+                        dims = [reader.take("<Q") for _ in range(n_dims)]
+                        entries.append((name, dims, reader.take("<I"),
+                                        reader.take("<Q")))
+                    break
+                except (struct.error, ValueError) as err:
+                    if isinstance(err, GGUFError):
+                        raise
+                    more = f.read(len(data))
+                    if not more:
+                        raise
+                    data += more
+        except (struct.error, ValueError, UnicodeDecodeError) as err:
+            if isinstance(err, GGUFError):
+                raise
+            raise GGUFError(f"{path} is not a readable GGUF file ({err}); is it "
+                            "complete? Download it again") from err
+    align = int(metadata.get("general.alignment", 32))
+    return metadata, entries, -(-reader.at // align) * align
+
+
+def _value(fields: dict, key: str, default=None):
+    return fields.get(key, default)
 
 
 # %% chapters/C_quantization.ipynb § GGUF: the file llama.cpp runs
@@ -110,30 +187,23 @@ class GGUFFile:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"no GGUF file at {self.path}")
-        reader = _header_reader(self.path)
-        self.metadata = {k: _value(reader, k) for k in reader.fields
+        fields, entries, start = read_header(self.path)
+        self.metadata = {k: v for k, v in fields.items()
                          if not k.startswith("tokenizer.ggml.")}
         self.architecture = self.metadata.get("general.architecture")
         if self.architecture not in ARCHITECTURES:
             raise GGUFError(f"{self.path.name}: architecture "
                             f"{self.architecture!r} is not supported; llmcore "
                             f"loads {list(ARCHITECTURES)}")
-        self._reader, self._index = reader, None
-        self.tensors = self._tensor_table(*reader.pending)
+        self._fields, self._map = fields, None
+        self.tensors = self._tensor_table(start, entries)
         self.config = self._config()
         self._check_shapes()
 
-    def _tensor_table(self, start: int, fields) -> dict[str, TensorInfo]:
-        from gguf import GGMLQuantizationType
-
+    def _tensor_table(self, start: int, entries) -> dict[str, TensorInfo]:
         size, table = self.path.stat().st_size, {}
-        for field in fields:
-            _, name, _, dims, raw_type, offset = field.parts
-            name = bytes(name).decode()
-            try:
-                type_name = GGMLQuantizationType(int(raw_type[0])).name
-            except ValueError:
-                type_name = f"unknown type {int(raw_type[0])}"
+        for name, dims, raw_type, offset in entries:
+            type_name = GGML_TYPES.get(raw_type, f"unknown type {raw_type}")
             if type_name not in BLOCKS:
                 raise GGUFError(f"{self.path.name}: tensor {name} is {type_name}; "
                                 f"llmcore dequantizes {sorted(BLOCKS)} (re-quantize "
@@ -141,14 +211,14 @@ class GGUFFile:
             if llmcore_name(name) is None:
                 raise GGUFError(f"{self.path.name}: tensor {name} is not part of a "
                                 f"{self.architecture} model llmcore knows")
-            shape = tuple(int(d) for d in reversed(dims.tolist()))
+            shape = tuple(int(d) for d in reversed(dims))
             values, nbytes = BLOCKS[type_name]
             count = int(np.prod(shape))
             if shape[-1] % values:
                 raise GGUFError(f"{self.path.name}: tensor {name} has rows of "
                                 f"{shape[-1]}, not a whole number of {type_name} "
                                 f"blocks of {values}")
-            info = TensorInfo(name, type_name, shape, start + int(offset[0]),
+            info = TensorInfo(name, type_name, shape, start + offset,
                               count // values * nbytes)
             if info.offset + info.nbytes > size:
                 raise GGUFError(f"{self.path.name} is truncated: tensor {name} needs "
@@ -211,13 +281,14 @@ class GGUFFile:
         return (f"GGUFFile({self.path.name!r}, {self.architecture}, "
                 f"{len(self.tensors)} tensors in {types})")
 
-    def raw(self, name: str):
-        """The bytes (numpy view into the mapped file) of tensor `name`."""
-        if self._index is None:  # map the tensors on first use
-            from gguf import GGUFReader
-            GGUFReader._build_tensors(self._reader, *self._reader.pending)
-            self._index = {t.name: t for t in self._reader.tensors}
-        return self._index[name].data
+    def raw(self, name: str) -> np.ndarray:
+        """The bytes of tensor `name`, a read-only uint8 view into the mapped file: one
+        row of bytes per row of the tensor, shape (*shape[:-1], bytes per row)."""
+        if self._map is None:  # map the file on first use
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        info = self.tensors[name]
+        data = self._map[info.offset:info.offset + info.nbytes]
+        return data.reshape(*info.shape[:-1], -1)
 
     def dequantized(self, name: str) -> torch.Tensor:
         """Tensor `name` in float32, in llmcore's row order (q and k un-permuted)."""
@@ -233,7 +304,7 @@ class GGUFFile:
 def open_gguf(file: GGUFFile | str | os.PathLike) -> GGUFFile:
     """`file` if it is a GGUFFile, else the file at that path, parsed once per process
     while it is unchanged: its model, tokenizer and chat template come from one header
-    (gguf takes seconds to read a vocabulary of 49,152 strings and its merges)."""
+    (a vocabulary of 49,152 strings and its merges take a moment to read)."""
     if isinstance(file, GGUFFile):
         return file
     path = Path(file).resolve()
@@ -385,7 +456,7 @@ CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of special toke
 def gguf_tokenizer(file: GGUFFile | str | os.PathLike) -> Tokenizer:
     """The byte-level BPE tokenizer stored in a GGUF file's metadata."""
     file = open_gguf(file)
-    reader = file._reader
+    reader = file._fields
     model = _value(reader, "tokenizer.ggml.model")
     pre = _value(reader, "tokenizer.ggml.pre", "default")
     if model != "gpt2":
@@ -417,10 +488,10 @@ def gguf_chat_template(file: GGUFFile | str | os.PathLike) -> ChatTemplate:
     if not source:
         raise ValueError(f"{file.path.name} has no tokenizer.chat_template; build "
                          "ChatTemplate(source, special_tokens) with the model's")
-    tokens = _value(file._reader, "tokenizer.ggml.tokens")
+    tokens = _value(file._fields, "tokenizer.ggml.tokens")
     specials = {}
     for key in ("bos", "eos", "unknown", "padding"):
-        i = _value(file._reader, f"tokenizer.ggml.{key}_token_id")
+        i = _value(file._fields, f"tokenizer.ggml.{key}_token_id")
         if i is not None:
             name = {"unknown": "unk", "padding": "pad"}.get(key, key)
             specials[f"{name}_token"] = tokens[int(i)]
@@ -432,8 +503,8 @@ def gguf_prompt_prefix(file: GGUFFile | str | os.PathLike) -> list[int]:
     tokenizer.ggml.add_bos_token says so (absent: none, llama.cpp's default for the
     byte-level BPE vocabularies this module reads)."""
     file = open_gguf(file)
-    bos = _value(file._reader, "tokenizer.ggml.bos_token_id")
-    add = _value(file._reader, "tokenizer.ggml.add_bos_token")
+    bos = _value(file._fields, "tokenizer.ggml.bos_token_id")
+    add = _value(file._fields, "tokenizer.ggml.add_bos_token")
     return [int(bos)] if add and bos is not None else []
 
 
@@ -462,6 +533,7 @@ def load_gguf(path: str | os.PathLike | GGUFFile, device=None, dtype=None,
                     if getattr(layer, buf) is not None:
                         setattr(layer, buf, unpermute_qk(getattr(layer, buf), heads))
             layer.pack()
+            release_freed_memory()
             blocks[llmcore_name(name)] = layer
         else:
             state[llmcore_name(name)] = file.dequantized(name).to(device, dtype)
@@ -485,6 +557,26 @@ def load_gguf(path: str | os.PathLike | GGUFFile, device=None, dtype=None,
     if missing:
         raise GGUFError(f"{file.path.name}: no weights for {missing[:4]}")
     return model.eval()
+
+
+def release_freed_memory() -> None:
+    """Hand the C library's freed heap pages back to the system, where it is glibc.
+
+    Packing a layer makes temporaries of a few MB (int32 codes, a float32 copy to check
+    the kernel on a row) and frees them. glibc raises its threshold for serving a block
+    from its own heap after the first large one is freed, and keeps what it serves
+    there; over SmolLM2's 211 matrices the process would hold a few hundred MB it no
+    longer uses (bench/README.md measures the peak RSS with and without this call after
+    each layer). Elsewhere (macOS, musl) this does nothing."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+try:
+    _LIBC = ctypes.CDLL(None)  # the C library this process already runs on
+except OSError:  # no such handle on this platform
+    _LIBC = None
 
 
 # %% chapters/C_quantization.ipynb § The file as it is quantized
@@ -679,9 +771,10 @@ class GGUFEmbedding(nn.Module):
         return self.table.dequantized_rows(ids).to(self.dtype)
 
 
-__all__ = ['GGUFError', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES', 'TOP_NAMES',
-           'llmcore_name', 'TensorInfo', 'GGUFFile', 'open_gguf', 'dequantize_q8_0',
-           'quantize_q8_0', 'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k',
-           'dequantize_q6_k', 'DEQUANTIZE', 'dequantize', 'unpermute_qk',
-           'PRE_TOKENIZERS', 'gguf_tokenizer', 'gguf_chat_template',
-           'gguf_prompt_prefix', 'load_gguf', 'PACKED', 'GGUFLinear', 'GGUFEmbedding']
+__all__ = ['GGUFError', 'GGML_TYPES', 'BLOCKS', 'ARCHITECTURES', 'LAYER_NAMES',
+           'TOP_NAMES', 'llmcore_name', 'TensorInfo', 'SCALARS', 'read_header',
+           'GGUFFile', 'open_gguf', 'dequantize_q8_0', 'quantize_q8_0',
+           'dequantize_q4_0', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize_q6_k',
+           'DEQUANTIZE', 'dequantize', 'unpermute_qk', 'PRE_TOKENIZERS',
+           'gguf_tokenizer', 'gguf_chat_template', 'gguf_prompt_prefix', 'load_gguf',
+           'release_freed_memory', 'PACKED', 'GGUFLinear', 'GGUFEmbedding']

@@ -128,6 +128,36 @@ def test_config_comes_from_the_metadata(file):
     assert cfg.rope_theta == 100000.0 and cfg.tie_word_embeddings
 
 
+def test_the_header_reads_as_ggufs_own_reader_reads_it(path, file):
+    """read_header's metadata and tensor table equal gguf.GGUFReader's, key for key."""
+    from gguf import GGUFReader
+
+    from llmcore.gguf_file import read_header
+
+    theirs = GGUFReader(str(path))
+    fields, entries, start = read_header(path)
+    skip = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}  # its own keys
+    assert set(fields) == set(theirs.fields) - skip
+    for key, value in fields.items():
+        assert value == theirs.fields[key].contents(), key
+    assert [(n, t, off) for n, _, t, off in entries] == [
+        (t.name, int(t.tensor_type), int(t.data_offset) - start) for t in theirs.tensors]
+    for tensor in theirs.tensors:  # the same bytes, tensor for tensor
+        assert file.raw(tensor.name).tobytes() == tensor.data.tobytes(), tensor.name
+
+
+def test_a_file_that_is_not_gguf_or_of_another_version_is_refused(path, tmp_path):
+    other = tmp_path / "model.gguf"
+    other.write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(GGUFError, match="does not start with 'GGUF'"):
+        GGUFFile(other)
+    data = bytearray(path.read_bytes()[:4096])
+    data[4:8] = (7).to_bytes(4, "little")
+    other.write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match="GGUF version 7"):
+        GGUFFile(other)
+
+
 def test_a_truncated_file_is_refused_naming_the_tensor(path, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[:50_000_000])
