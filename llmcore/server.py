@@ -19,6 +19,7 @@ fails alone (500); the engine goes on.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import hashlib
@@ -384,8 +385,6 @@ class OpenAIServer:
 # %% chapters/10_server.ipynb § From the shell
 def _memory(text: str) -> int | float:
     """--kv-memory: '0.9' (a fraction of free GPU memory), '4G', '512M' or bytes."""
-    import argparse
-
     units = {"K": 2**10, "M": 2**20, "G": 2**30}
     try:
         if text[-1:].upper() in units:
@@ -400,7 +399,6 @@ def _memory(text: str) -> int | float:
 def build_parser(prog: str = "python -m llmcore.server") -> argparse.ArgumentParser:
     """The server's command line. Another module can add its own flags to it and
     serve with run() (appendix C's `python -m llmcore.quant` does)."""
-    import argparse
     import os
 
     parser = argparse.ArgumentParser(prog=prog,

@@ -1225,7 +1225,7 @@ def worker_kernels(plan: Plan) -> dict:
                     / data["peaks"]["bandwidth_Bps"])
         row["TFLOP/s (triton)"] = row["flops"] / row["triton s"] / 1e12
         data["decode"].append(row)
-        del pool
+        pool = None  # the next size allocates its own pool: free this one first
         bad = [w for w in ("triton", "triton split-K") if not row[f"{w} ok"]]
         if bad:
             raise AssertionError(f"decode batch {batch} context {ctx}: {bad} differ "

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# runs the benchmark's worker processes (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# runs the serving benchmark's mechanisms (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 DIAGRAMS = ROOT / "book" / "_static" / "diagrams"
@@ -135,6 +137,7 @@ def test_missing_unused_and_hand_edited_units_are_reported():
     assert any("gqa_heads" in p and "'query heads'" in p and "sha" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_sync_adds_an_empty_unit_that_shows_the_old_translation(tmp_path):
     import diagrams
 

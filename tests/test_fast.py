@@ -223,6 +223,25 @@ def test_loops_that_take_a_model_take_a_fast_decoder():
     assert fast_result.token_ids == plain.token_ids
 
 
+def test_the_engine_runs_on_a_fast_decoder_as_on_its_model():
+    """The Engine's paged passes ask for logits at chosen positions (`logits_at`): a
+    FastDecoder takes every argument its model takes and gives the same tokens."""
+    from llmcore.engine import Engine
+    from llmcore.request import Request
+    from llmcore.sampling import SamplingParams
+    model = _model()
+
+    def run(decoder):
+        engine = Engine(decoder, num_blocks=64, block_size=4, max_batch=4)
+        for i, length in enumerate((5, 9, 3)):
+            prompt = _prompt(length=length, seed=i)[0].tolist()
+            engine.add_request(Request(f"r{i}", prompt,
+                                       SamplingParams(temperature=0.0, max_tokens=6)))
+        return {c.request_id: c.output_ids for c in engine.run()}
+
+    assert run(FastDecoder(model)) == run(model)
+
+
 CASES = ((2, 2), (6, 5), (11, 9), (20, 3), (23, 8), (31, 4))  # (cached tokens, new)
 
 
@@ -301,6 +320,7 @@ def test_verify_passes_give_speculative_decoding_the_same_tokens():
             assert stats.proposed > 0  # passes over guesses + 1 tokens: the verify graph
 
 
+@pytest.mark.slow
 def test_greedy_guesses_in_one_call_match_k_steps(monkeypatch):
     """A draft's k greedy guesses in one compiled call (draft_graph): the guesses and the
     cache contents of k ordinary steps, and the model itself never called."""

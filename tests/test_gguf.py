@@ -323,6 +323,7 @@ def test_logits_match_transformers_on_five_prompts(models, tokenizer):
             assert diff < 1e-4, f"{name}: max |logit difference| {diff:.2e}"
 
 
+@pytest.mark.slow
 def test_greedy_tokens_match_transformers_for_64_steps(models, tokenizer):
     ours, theirs = models
     ids = _prompts(tokenizer)["chat"]
@@ -502,6 +503,7 @@ def smol_client():
                             timeout=120)
 
 
+@pytest.mark.slow
 def test_the_server_answers_a_question_with_the_real_model(smol_client):
     reply = smol_client.chat.completions.create(
         model=NAME, messages=[{"role": "user", "content": "What is the capital of "
@@ -510,6 +512,7 @@ def test_the_server_answers_a_question_with_the_real_model(smol_client):
     assert reply.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.slow
 def test_json_schema_and_parse_give_valid_objects(smol_client):
     import jsonschema
     from pydantic import BaseModel
@@ -539,6 +542,7 @@ def test_json_schema_and_parse_give_valid_objects(smol_client):
     assert parsed.name == "Paris"
 
 
+@pytest.mark.slow
 def test_a_required_tool_call_and_its_round_trip(smol_client):
     tools = [{"type": "function", "function": {
         "name": "get_weather", "description": "Get the current weather in a city",
@@ -571,6 +575,7 @@ def test_a_required_tool_call_and_its_round_trip(smol_client):
     assert '<|im_start|>tool\n{"city": "Paris", "sky": "sunny"' in prompt
 
 
+@pytest.mark.slow
 def test_special_tokens_in_the_reply_through_extra_body(smol_client):
     import openai
 
@@ -590,6 +595,7 @@ def test_special_tokens_in_the_reply_through_extra_body(smol_client):
         reply(skip_special_tokens="no")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["nothing-here", "broken.gguf", "no-org/no-model"])
 def test_a_model_that_cannot_be_found_is_one_line_not_a_traceback(tmp_path, model):
     import subprocess
@@ -611,6 +617,7 @@ def test_a_model_that_cannot_be_found_is_one_line_not_a_traceback(tmp_path, mode
         assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+@pytest.mark.slow
 def test_structured_outputs_choice_and_json_through_extra_body(smol_client):
     import jsonschema
     labels = ["positive", "negative", "neutral"]
@@ -638,6 +645,7 @@ def test_structured_outputs_choice_and_json_through_extra_body(smol_client):
     assert isinstance(json.loads(text), dict)
 
 
+@pytest.mark.slow
 def test_structured_outputs_regex_with_the_real_model(smol_client):
     import re
     pattern = r"\d{4}-\d{2}-\d{2}"
@@ -652,6 +660,7 @@ def test_structured_outputs_regex_with_the_real_model(smol_client):
     assert re.fullmatch(pattern, text) and reply.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.slow
 def test_responses_create_and_parse_with_the_real_model(smol_client):
     from pydantic import BaseModel
 

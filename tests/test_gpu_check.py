@@ -18,6 +18,9 @@ import execute_notebooks
 import gpu_check
 from gpu_check import Plan, Runner, StepResult
 
+# runs scripts/gpu_check.py's dry runs end to end (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc)
 

@@ -20,6 +20,9 @@ import embed_diagrams
 import i18n
 from conftest import ROOT
 
+# opens the notebooks' images in headless Chromium (the slow tier)
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 FIX = "run `python scripts/embed_diagrams.py` and commit the notebooks"
 

@@ -22,6 +22,9 @@ from llmcore.parallel import (RowParallelLinear, VocabParallelEmbedding,
                               VocabParallelLMHead, launch, load_sharded,
                               shard_config, shard_model, shard_slice, take_shard)
 
+# spawns gloo rank processes (the slow tier)
+pytestmark = pytest.mark.slow
+
 MODEL = "tiny"        # 8 query heads, 2 KV heads, tied embeddings, vocabulary 4096
 LAUNCH_TIMEOUT = 120  # seconds any one launch may take
 TEST_LIMIT = 150      # seconds any one test may take (SIGALRM)

@@ -28,6 +28,9 @@ from llmcore.pretrained import load
 from llmcore.server import OpenAIServer
 from test_server import KEY, MODEL, TIMEOUT, _free_port, _server_process
 
+# starts a server over several rank processes (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_LIMIT = 150  # seconds any one test may take (SIGALRM)
 EXIT_WAIT = 15    # seconds the server and its ranks have to go away

@@ -21,6 +21,9 @@ from llmcore.parallel import (PipelineStage, StageTimeline, bubble_fraction, lau
                               predicted_bubbles, split_micro_batches, stage_layers)
 from llmcore.pretrained import load_model
 
+# spawns gloo rank processes (the slow tier)
+pytestmark = pytest.mark.slow
+
 MODEL = "tiny"        # 6 layers, tied embeddings, vocabulary 4096
 LAUNCH_TIMEOUT = 120  # seconds any one launch may take
 TEST_LIMIT = 150      # seconds any one test may take (SIGALRM)

@@ -146,6 +146,7 @@ def test_main_serves_a_saved_quantized_checkpoint_as_saved(tiny, tmp_path,
         main(["--quantization", "int4", "--group-size", "3"])
 
 
+@pytest.mark.slow
 def test_python_m_llmcore_quant_serves_the_openai_api():
     with _server_process("--quantization", "int8", "--kv-cache-dtype", "int8",
                          "--kv-memory", "4M", module="llmcore.quant") as base:

@@ -45,6 +45,9 @@ from llmcore.pretrained import load
 from llmcore.sampling import SamplingParams
 from llmcore.server import OpenAIServer
 
+# starts the server process and drives it with the openai client (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "tiny"
 KEY = "sk-llmcore-test"

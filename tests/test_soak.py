@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# thousands of requests against a server process (the slow tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUESTS, EVERY = 300, 100
 

@@ -97,6 +97,7 @@ def test_bundled_models_greedy_equivalence():
     assert stats.acceptance_rate > 0.2  # the draft learned the same corpus: it is right fairly often
 
 
+@pytest.mark.slow
 def test_sampled_speculative_decoding_follows_the_targets_distribution():
     target, draft = _model(0, vocab=6), _model(1, vocab=6)
     prompt, runs = [1, 2], 1500
@@ -331,6 +332,7 @@ def test_accept_sampled_draws_the_bonus_token_from_the_last_row():
     assert kept == 1 and bonus in (0, 1, 3)
 
 
+@pytest.mark.slow
 def test_sampled_bonus_token_follows_the_target_after_the_last_guess():
     # A draft identical to the target: both guesses of the one round are always kept, and
     # the third token is the bonus, from the target's row after the second guess.

@@ -181,6 +181,7 @@ def qwen():
     return tokenizer, _peer_for(tokenizer)
 
 
+@pytest.mark.slow
 def test_token_masks_equal_xgrammar_on_qwen25(qwen):
     tokenizer, peer = qwen
     assert tokenizer.vocab_size == 151_665

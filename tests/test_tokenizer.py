@@ -69,7 +69,8 @@ def test_pretokenize_drops_specials_and_splits_with_the_pattern():
 
 # --- training ---
 
-@pytest.mark.parametrize("pattern,size,vocab", [("gpt4", 40_000, 520), ("gpt2", 20_000, 400), (None, 2_500, 300)])
+@pytest.mark.parametrize("pattern,size,vocab", [pytest.param("gpt4", 40_000, 520, marks=pytest.mark.slow),
+                                             ("gpt2", 20_000, 400), (None, 2_500, 300)])
 def test_naive_and_efficient_training_agree(train_text, pattern, size, vocab):
     text = train_text[:size]
     naive = train_bpe_naive(text, vocab, pattern, [ENDOFTEXT])

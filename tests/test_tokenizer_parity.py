@@ -148,6 +148,7 @@ def test_hf_families_stream_like_encode(hf_pair, docs):
     assert list(ours.encode_iterable(tricky, disallowed_special=(), buffer_chars=1)) == ours.encode(tricky), name
 
 
+@pytest.mark.slow
 def test_gpt2_files_written_from_a_tokenizer_json_load_identically(tmp_path, docs):
     spec = json.loads(_hf_json("qwen-2.5"))
     qwen = Tokenizer.from_hf_json(spec)

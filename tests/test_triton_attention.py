@@ -17,6 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+# runs Triton kernels through its interpreter (the slow tier)
+pytestmark = pytest.mark.slow
+
 if not torch.cuda.is_available():  # the interpreter, set before triton is imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton", reason='triton is not installed (an optional '

@@ -1,5 +1,4 @@
 """Answers for the chapter 11 checkers: one correct, several wrong (used by tests/test_exercises.py)."""
-import torch
 
 
 def _tokens(alpha, k):

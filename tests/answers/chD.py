@@ -1,5 +1,4 @@
 """Answers for the appendix D checkers: one correct, several wrong (tests/test_exercises.py)."""
-import torch
 import torch.nn.functional as F
 
 
