@@ -1499,6 +1499,33 @@ def test_hanging_up_a_non_streaming_request_cancels_it(url):
     assert _finished(_metrics(url)) == _finished(before)
 
 
+def test_every_connection_sends_small_writes_at_once(tiny, template):
+    # TCP_NODELAY: asyncio sets it only where a socket's proto is IPPROTO_TCP, and the
+    # server's listening socket (socket.create_server) has proto 0, so its connections
+    # ran Nagle's algorithm: a stream's small writes waited for the client's delayed
+    # ACK, and a kept-alive connection saw every first token about 30 ms late
+    body = json.dumps({"model": MODEL, "prompt": CODE, "max_tokens": 4,
+                       "temperature": 0, "stream": True}).encode()
+    with _in_process(tiny, template, num_blocks=64) as server:
+        with pytest.raises(RuntimeError, match="started already"):
+            server.start()
+        host, port = server.url.removeprefix("http://").split(":")
+        assert server.socket.proto == 0  # what asyncio's own check looks at
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
+            for _ in range(2):  # two requests on one kept-alive connection
+                s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                          .encode() + body)
+                reply = b""
+                while not reply.endswith(b"0\r\n\r\n"):  # the last chunk
+                    reply += s.recv(65536)
+                assert b"data: [DONE]" in reply
+            connections = list(server._uvicorn.server_state.connections)
+            assert len(connections) == 1
+            sock = connections[0].transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 # --- 6. Faults, shutdown, timeouts, limits, backpressure (in process) ----------------
 def test_a_request_that_fails_in_a_step_fails_alone(tiny, template, monkeypatch):
     running = []  # requests in the engine when the fault struck
