@@ -3,14 +3,16 @@
 Run (both peers are bench extras, never `make test` dependencies; install them into a
 separate environment, since guidellm pulls its own torch):
 
-    python3 -m venv /tmp/bench && /tmp/bench/bin/pip install guidellm diskcache
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \\
-        /tmp/bench/bin/pip install "llama-cpp-python[server]"  # from source: ~4 min
-    # (a native build may use instructions a VM's CPU reports but traps, AMX or
-    #  AVX-512: "Illegal instruction" at the first request; hence the flags)
+    python3 -m venv /tmp/bench
+    /tmp/bench/bin/pip install guidellm diskcache torch==2.13.0  # the CPU torch wheel
+    CMAKE_ARGS="$(python3 scripts/llama_cpp_flags.py)" /tmp/bench/bin/pip install \\
+        --no-binary llama-cpp-python "llama-cpp-python[server]==0.3.36"  # ~4 min
+    # (scripts/llama_cpp_flags.py turns on the extensions this CPU reports, AMX off: a
+    #  native build may use instructions a VM reports but traps, "Illegal instruction")
     .venv/bin/python bench/serve_sweep.py --peer-python /tmp/bench/bin/python \\
         [--seconds 20] [--sweep-size 5] [--prompt-tokens 128] [--output-tokens 64] \\
-        [--ttft-slo 1000] [--itl-slo 200] [--threads 2] [--price 0.10]
+        [--ttft-slo 1000] [--itl-slo 200] [--threads 2] [--price 0.10] \\
+        [--moderate-rate 0.5] [--llmcore-args "--prefix-caching"]
 
 What it does, for each server in turn (never both at once; each gets the machine):
 - starts it on a free port of 127.0.0.1 serving SmolLM2-135M-Instruct from the GGUF
@@ -22,6 +24,7 @@ What it does, for each server in turn (never both at once; each gets the machine
   throughput run (all at once), then --sweep-size - 2 constant rates between the two,
   --seconds each, streaming completions (/v1/completions) of synthetic prompts
   (--prompt-tokens of them, exactly --output-tokens out: guidellm sends ignore_eos);
+  then a Poisson run at --moderate-rate requests/s, the same offered load for both;
 - reads guidellm's JSON: for every run, per completed request its TTFT, inter-token
   latency (ITL) and end-to-end latency, and the output tokens.
 
@@ -29,8 +32,8 @@ Printed per run: the rate (requests/s offered; "sync" and "max" for the two ends
 completed requests, output tok/s, TTFT, ITL and end-to-end p50 / p99, and goodput: the
 completed requests per second that met the SLO (TTFT <= --ttft-slo ms and ITL <=
 --itl-slo ms, each request on its own). Then the ratios llmcore / llama.cpp for
-saturation throughput (the most output tok/s of any run), goodput (the best of any
-run) and p99 TTFT at a moderate rate (the lowest constant rate of the sweep), and the
+saturation throughput (the most output tok/s of any sweep run), goodput (the best of
+any sweep run) and p99 TTFT in the Poisson run at --moderate-rate, and the
 cost per million output tokens at saturation for a machine of --price dollars an hour.
 
 Targets (issue 42, printed, not asserted: a bench reports, tests assert): llmcore's
@@ -105,7 +108,8 @@ def _tokenizer_dir(gguf: str, where: Path) -> Path:
     return where
 
 
-def _guidellm(guidellm: str, port: int, tokenizer: Path, out: Path, args) -> dict:
+def _guidellm(guidellm: str, port: int, tokenizer: Path, out: Path, args,
+              profile: str) -> dict:
     command = [
         guidellm, "run",
         # completions, not chat: guidellm sends chat content as a list of parts, which
@@ -113,7 +117,7 @@ def _guidellm(guidellm: str, port: int, tokenizer: Path, out: Path, args) -> dic
         # reply); and no /health check, which llama.cpp's server lacks
         "--backend", f"kind=openai_http,target=http://127.0.0.1:{port},"
                      "validate_backend=false,request_format=/v1/completions",
-        "--profile", f"kind=sweep,sweep_size={args.sweep_size},max_concurrency=32",
+        "--profile", profile,
         "--data", f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},"
                   f"output_tokens={args.output_tokens}",
         "--tokenizer", f"kind=hf_auto,model={tokenizer}",
@@ -141,8 +145,12 @@ def summarize(report: dict, ttft_slo: float, itl_slo: float) -> list[dict]:
         strategy = bench["config"]["strategy"]
         kind = strategy.get("type_", "")
         rate = strategy.get("rate")
+        if isinstance(rate, list):  # a poisson profile's one rate
+            rate = rate[0]
         label = {"synchronous": "sync", "throughput": "max"}.get(
             kind, f"{rate:.2f}/s" if rate is not None else kind)
+        if kind == "poisson":
+            label = f"P {rate:.2f}/s"
         requests = bench["requests"]
         ok = requests["successful"]
         errors = len(requests["errored"])
@@ -174,10 +182,14 @@ def _print(name: str, rows: list[dict]) -> None:
 
 
 def headline(rows: list[dict]) -> dict:
-    constant = [r for r in rows if r["kind"] == "constant"]
-    moderate = min(constant, key=lambda r: r["rate"]) if constant else rows[0]
-    return {"saturation": max(r["out_tok_s"] for r in rows),
-            "goodput": max(r["goodput"] for r in rows),
+    """Saturation throughput and best goodput over the sweep's runs; p99 TTFT in the
+    Poisson run at the shared moderate rate (the same offered load for both servers:
+    the sweep's own constant rates differ, since each is placed between that server's
+    synchronous and throughput runs)."""
+    sweep = [r for r in rows if r["kind"] != "poisson"]
+    moderate = next(r for r in rows if r["kind"] == "poisson")
+    return {"saturation": max(r["out_tok_s"] for r in sweep),
+            "goodput": max(r["goodput"] for r in sweep),
             "ttft99_moderate": moderate["ttft99"], "moderate": moderate["run"]}
 
 
@@ -193,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-slo", type=float, default=1000.0, help="ms")
     parser.add_argument("--itl-slo", type=float, default=200.0, help="ms")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--moderate-rate", type=float, default=0.5,
+                        help="requests/s of the Poisson run both servers get, where "
+                        "p99 TTFT is compared")
+    parser.add_argument("--llmcore-args", default="",
+                        help="more flags for python -m llmcore.server (one string)")
     parser.add_argument("--price", type=float, default=0.10,
                         help="dollars per machine-hour, for the cost per 1M tokens")
     args = parser.parse_args(argv)
@@ -214,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = {
             "llmcore": [str(ROOT / ".venv/bin/python"), "-m", "llmcore.server",
                         "--model", NAME, "--threads", str(args.threads),
-                        "--max-batch", "32"],
+                        "--max-batch", "32", *args.llmcore_args.split()],
             "llama.cpp": [args.peer_python, "-m", "llama_cpp.server", "--model", gguf,
                           "--model_alias", NAME, "--n_threads", str(args.threads),
                           "--n_ctx", "2048", "--host", "127.0.0.1"],
@@ -223,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
             port = _free_port()
             command = command + ["--port", str(port)]
             print(f"{name}: {' '.join(command[1:4])} ... on port {port}", flush=True)
+            sweep = (f"kind=sweep,sweep_size={args.sweep_size},max_concurrency=32",
+                     f"kind=poisson,rate={args.moderate_rate}")
             with _serving(command, port, tmp / f"{name}.log"):
-                report = _guidellm(guidellm, port, tokenizer, tmp / f"{name}.json",
-                                   args)
-            results[name] = summarize(report, args.ttft_slo, args.itl_slo)
+                reports = [_guidellm(guidellm, port, tokenizer,
+                                     tmp / f"{name}-{i}.json", args, profile)
+                           for i, profile in enumerate(sweep)]
+            results[name] = [row for report in reports for row in
+                             summarize(report, args.ttft_slo, args.itl_slo)]
             _print(name, results[name])
     ours, theirs = headline(results["llmcore"]), headline(results["llama.cpp"])
     print(f"\nSLO: TTFT <= {args.ttft_slo:.0f} ms and ITL <= {args.itl_slo:.0f} ms per "
@@ -235,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':>26} {'llmcore':>10} {'llama.cpp':>10} {'ratio':>7}  target")
     for key, label, target in [("saturation", "saturation out tok/s", ">= 1.0"),
                                ("goodput", "best goodput req/s", ">= 1.0"),
-                               ("ttft99_moderate", "p99 TTFT ms, lowest rate",
+                               ("ttft99_moderate",
+                                f"p99 TTFT ms, {args.moderate_rate:g} req/s",
                                 "<= 1.0")]:
         ratio = ours[key] / theirs[key] if theirs[key] else float("inf")
         print(f"{label:>26} {ours[key]:>10.2f} {theirs[key]:>10.2f} {ratio:>7.2f}  "
