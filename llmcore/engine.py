@@ -31,8 +31,8 @@ import torch
 
 from llmcore.block_manager import BlockManager
 from llmcore.generate import Reply, default_eos_ids
-from llmcore.model_runner import (Chunk, KVPool, ModelRunner, _check_pool,
-                                  blocks_for_memory)
+from llmcore.model_runner import (Chunk, Decoder, KVPool, ModelRunner, _check_pool,
+                                  blocks_for_memory, check_decoder)
 from llmcore.request import Completion, Request, RequestState, TokenLogprob
 from llmcore.sampling import PenaltyState, Sampler, make_generator
 from llmcore.scheduler import Scheduler, StepPlan
@@ -121,7 +121,8 @@ class Engine:
     (ModelRunner, or a subclass, e.g. appendix D's, which drives several processes).
     """
 
-    def __init__(self, model, num_blocks: int | None = None, block_size: int = 16,
+    def __init__(self, model: Decoder, num_blocks: int | None = None,
+                 block_size: int = 16,
                  max_batch: int = 8, static: bool = False, seed: int | None = None,
                  tokenizer: Tokenizer | None = None,
                  eos_token_ids: Sequence[int] | None = None, *,
@@ -130,6 +131,7 @@ class Engine:
                  clock: Callable[[], float] = time.perf_counter,
                  history: int = 10_000, kv_pool: type[KVPool] = KVPool,
                  runner: type[ModelRunner] = ModelRunner):
+        check_decoder(model)  # before anything reads model.cfg
         _check_pool(kv_pool, "kv_pool")
         if not (isinstance(runner, type) and issubclass(runner, ModelRunner)):
             raise TypeError(f"runner must be ModelRunner or a subclass of it, the "

@@ -19,13 +19,52 @@ every prompt position of a request that asked for prompt log probabilities.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
-from llmcore.model import ModelConfig, Transformer
+from llmcore.model import ModelConfig
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What the model runner drives, so what Engine accepts: a model with its config,
+    device and dtype whose call computes one flat pass over the KV pool and returns the
+    logits at the rows `logits_at` names. Chapter 4's Transformer (quantized too:
+    appendix C), appendix B's FastDecoder and appendix D's rank 0 are decoders;
+    check_decoder refuses anything else when the engine is built."""
+    cfg: ModelConfig
+    device: torch.device
+    dtype: torch.dtype
+
+    def __call__(self, input_ids: torch.Tensor, *, positions: torch.Tensor, kv_cache,
+                 logits_at: torch.Tensor) -> torch.Tensor: ...
+
+
+def check_decoder(model) -> None:
+    """Raise TypeError, saying what is missing, for a model the runner cannot drive."""
+    what = (f"{type(model).__name__} is not a decoder the engine can drive (it needs "
+            "cfg, device, dtype and a call that takes positions=, kv_cache= and "
+            "logits_at=: llmcore.model_runner.Decoder)")
+    if not isinstance(model, Decoder):
+        lacks = [n for n in ("cfg", "device", "dtype")
+                 if getattr(model, n, None) is None]
+        raise TypeError(f"{what}; it has no {', '.join(lacks) or '__call__'}")
+    call = model.forward if isinstance(model, torch.nn.Module) else model.__call__
+    try:
+        params = inspect.signature(call).parameters
+    except (TypeError, ValueError):  # a callable Python cannot read: let it run
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    lacks = [n for n in ("positions", "kv_cache", "logits_at") if n not in params]
+    if lacks:
+        raise TypeError(f"{what}; its call takes no "
+                        f"{', '.join(n + '=' for n in lacks)}")
 
 
 @dataclass
@@ -266,8 +305,9 @@ class ModelRunner:
     """Runs the model over a step's chunks in one flat pass; owns the KV pool (an
     instance of `pool`: KVPool or a subclass)."""
 
-    def __init__(self, model: Transformer, num_blocks: int, block_size: int, *,
+    def __init__(self, model: Decoder, num_blocks: int, block_size: int, *,
                  pool: type[KVPool] = KVPool):
+        check_decoder(model)
         self.model = model
         self.device = model.device
         self.kv = _check_pool(pool)(model.cfg, num_blocks, block_size, model.device,
@@ -301,4 +341,5 @@ class ModelRunner:
         return [logits[a:a + n] if n else None for a, n in spans]
 
 
-__all__ = ['Chunk', 'kv_bytes_per_token', 'KVPool', 'blocks_for_memory', 'ModelRunner']
+__all__ = ['Decoder', 'check_decoder', 'Chunk', 'kv_bytes_per_token', 'KVPool',
+           'blocks_for_memory', 'ModelRunner']

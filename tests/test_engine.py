@@ -516,3 +516,47 @@ def test_compute_clock_skips_idle_gaps_and_counts_this_threads_work():
     done, seconds = replay(engine, trace, sleep=clock.sleep)
     assert time.perf_counter() - wall < 20 and seconds >= 100.0  # skipped, not slept
     assert [c.request_id for c in done] == ["a", "b"]
+
+
+# --- the decode contract (llmcore.model_runner.Decoder): every decoder, one engine ----
+def _decoder(kind):
+    from llmcore.fast import FastDecoder
+    from llmcore.quant import quantize
+    model = _model()
+    return {"transformer": lambda: model, "fast-decoder": lambda: FastDecoder(model),
+            "int8": lambda: quantize(model, "int8"),
+            "int4": lambda: quantize(model, "int4", group_size=16)}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "fast-decoder", "int8", "int4"])
+def test_the_engine_runs_every_decoder_as_the_decoder_runs_alone(kind):
+    # Transformer, appendix B's FastDecoder and appendix C's quantized copies satisfy
+    # the Decoder protocol; appendix D's rank 0 is a Transformer under ParallelRunner
+    # (tests/test_parallel.py serves it through this engine)
+    from llmcore.model_runner import Decoder
+    decoder, requests = _decoder(kind), _requests()
+    assert isinstance(decoder, Decoder)
+    engine = Engine(decoder, num_blocks=64, block_size=4, max_batch=4)
+    for r in requests:
+        engine.add_request(r)
+    done = {c.request_id: c.output_ids for c in engine.run()}
+    assert done == {r.request_id: _alone(decoder, r) for r in requests}
+
+
+class _NoLogitsAt(torch.nn.Module):  # chapter 6's shape of a model: no logits_at
+    def __init__(self, model):
+        super().__init__()
+        self.cfg, self.device, self.dtype = model.cfg, model.device, model.dtype
+
+    def forward(self, input_ids, positions=None, kv_cache=None):
+        raise AssertionError("the engine must refuse this model before it runs")
+
+
+@pytest.mark.parametrize("model, says", [
+    (lambda: _NoLogitsAt(_model()), "its call takes no logits_at="),
+    (lambda: object(), "it has no cfg, device, dtype"),
+    (lambda: _model().state_dict(), "it has no cfg, device, dtype")])
+def test_the_engine_refuses_a_model_that_is_not_a_decoder_when_it_is_built(model, says):
+    with pytest.raises(TypeError, match="not a decoder the engine can drive") as err:
+        Engine(model(), num_blocks=8)
+    assert says in str(err.value) and "llmcore.model_runner.Decoder" in str(err.value)
